@@ -1,0 +1,3 @@
+"""Loads the ckptqual pytest plugin for the qualification suite and the project's own tests."""
+
+pytest_plugins = ["ckptqual.plugin"]

@@ -1,0 +1,53 @@
+"""Page-cache control for cold reads: evict a file's pages and measure how much of it is cached."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_PAGE = mmap.PAGESIZE
+
+
+def evict(path: Path) -> None:
+    """Writes back and drops the file's cached pages (posix_fadvise DONTNEED)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def cached_bytes(path: Path) -> tuple[int, int]:
+    """(bytes of the file in the page cache, file size), from mincore(2) over a private mapping."""
+    size = path.stat().st_size
+    if size == 0:
+        return 0, 0
+    pages = (size + _PAGE - 1) // _PAGE
+    vector = (ctypes.c_ubyte * pages)()
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY) as mapped:
+        window = (ctypes.c_char * size).from_buffer(mapped)
+        try:
+            status = _libc.mincore(ctypes.c_void_p(ctypes.addressof(window)), ctypes.c_size_t(size), vector)
+        finally:
+            del window
+    if status != 0:
+        raise OSError(ctypes.get_errno(), f"mincore failed on {path}")
+    resident = int(np.count_nonzero(np.frombuffer(vector, dtype=np.uint8) & 1))
+    return min(resident * _PAGE, size), size
+
+
+def cached_fraction(paths: Iterable[Path]) -> float:
+    """The fraction of the files' bytes that sit in the page cache (0 for no bytes)."""
+    cached = total = 0
+    for path in paths:
+        in_cache, size = cached_bytes(path)
+        cached += in_cache
+        total += size
+    return cached / total if total else 0.0

@@ -1,0 +1,100 @@
+"""The `ckptqual` command: plan a workload's space, list workloads. pytest stays the main interface."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from itertools import groupby
+
+from ckptqual.plan import CheckpointPlan
+from ckptqual.workloads import WorkloadError, available_workloads, load_workload
+
+
+class UsageError(Exception):
+    """A bad command-line value; the message names the value and the fix."""
+
+
+def parse_scale(text: str) -> float:
+    """The --scale value: a number in (0, 1]."""
+    try:
+        scale = float(text)
+    except ValueError:
+        scale = float("nan")
+    if not 0 < scale <= 1:
+        raise UsageError(f"--scale: must be a number in (0, 1] such as 0.01 (1 = full size), got {text!r}")
+    return scale
+
+
+def _rank_rows(plan: CheckpointPlan) -> Iterator[tuple[str, int, int]]:
+    """(ranks, files, bytes) per run of consecutive ranks that write alike, so a 1024-rank job stays short."""
+    for (files, nbytes), group in groupby(plan.ranks, key=lambda rank: (len(rank.files), rank.nbytes)):
+        ranks = [rank.rank for rank in group]
+        yield (str(ranks[0]) if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"), files, nbytes
+
+
+def format_plan(plan: CheckpointPlan) -> str:
+    """A per-rank table and the totals a user needs to size the target."""
+    lines = [
+        f"workload {plan.workload} (scale {plan.scale:g}): {plan.description}",
+        f"{'rank':>11} {'files':>7} {'bytes per rank':>20} {'GB per rank':>13}",
+    ]
+    lines += [
+        f"{label:>11} {files:>7} {nbytes:>20,} {nbytes / 1e9:>13.3f}" for label, files, nbytes in _rank_rows(plan)
+    ]
+    total = plan.total_bytes
+    lines += [
+        f"total: {total:,} bytes = {total / 1e9:,.2f} GB (1e9) = {total / 2**30:,.2f} GiB (2^30)",
+        f"files: {plan.file_count:,} over {len(plan.ranks)} ranks; largest {plan.largest_file_bytes:,} bytes",
+    ]
+    return "\n".join(lines)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """`ckptqual plan WORKLOAD [--scale S] [--json]`."""
+    scale = parse_scale(args.scale)
+    plan = load_workload(args.workload).plan()
+    if scale != 1:
+        plan = plan.scaled(scale)
+    print(json.dumps(plan.to_dict(), indent=2) if args.json else format_plan(plan))
+    return 0
+
+
+def cmd_workloads(args: argparse.Namespace) -> int:
+    """`ckptqual workloads`: every shipped workload with its full-scale checkpoint size."""
+    print(f"{'workload':<24} {'ranks':>6} {'files':>6} {'GB (1e9)':>12} {'GiB (2^30)':>12}")
+    for name in available_workloads():
+        plan = load_workload(name).plan()
+        total = plan.total_bytes
+        sizes = f"{total / 1e9:>12,.2f} {total / 2**30:>12,.2f}"
+        print(f"{name:<24} {len(plan.ranks):>6} {plan.file_count:>6} {sizes}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, one subparser per subcommand."""
+    parser = argparse.ArgumentParser(prog="ckptqual", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    plan = commands.add_parser("plan", help="how much space one checkpoint of a workload needs")
+    plan.add_argument("workload", help="a name from `ckptqual workloads` or a path to a .toml file")
+    plan.add_argument("--scale", default="1", help="shrink every tensor by this factor, in (0, 1] (default 1)")
+    plan.add_argument("--json", action="store_true", help="print CheckpointPlan.to_dict() as JSON")
+    plan.set_defaults(func=cmd_plan)
+    workloads = commands.add_parser("workloads", help="list the shipped workloads and their sizes")
+    workloads.set_defaults(func=cmd_workloads)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; a bad value prints one line to stderr and returns 2."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (UsageError, WorkloadError) as err:
+        print(f"ckptqual {args.command}: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

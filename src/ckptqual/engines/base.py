@@ -1,0 +1,64 @@
+"""The one small interface every checkpoint I/O engine implements, and the state a rank carries."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ckptqual.payload import PayloadGenerator
+from ckptqual.plan import FilePlan
+
+DEFAULT_CHUNK_BYTES = 8 << 20
+
+
+@dataclass
+class RankIO:
+    """What one rank needs to write or read its files: payload, identity, a reusable buffer, counters."""
+
+    generator: PayloadGenerator
+    rank: int
+    checkpoint: int = 0
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    generate_s: float = 0.0
+    generated_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        self.buffer = np.empty(self.chunk_bytes, dtype=np.uint8)
+
+    def generate(self, out: np.ndarray, file: int, tensor: int, offset: int) -> None:
+        """Fills `out` with this rank's payload and counts the time it took."""
+        start = time.perf_counter()
+        self.generator.fill(out, self.checkpoint, self.rank, file, tensor, offset)
+        self.generate_s += time.perf_counter() - start
+        self.generated_bytes += out.nbytes
+
+
+class Engine(Protocol):
+    """Writes one checkpoint file of a plan; the rank makes it durable (fsync) once all its files are written."""
+
+    name: str
+
+    def write(self, path: Path, spec: FilePlan, file_index: int, io: RankIO) -> None: ...
+
+
+def fsync_path(path: Path) -> None:
+    """Makes a written file durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_directory(path: Path) -> None:
+    """Makes the directory entries of files created in `path` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,231 @@
+"""pytest wiring only: options, settings, the session's qualification, reports and the terminal summary."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ckptqual.qualification import Qualification
+from ckptqual.results import Judgement, failures
+from ckptqual.settings import Options, RunSettings, SettingsError, resolve_settings
+from ckptqual.summary import summary_lines
+from ckptqual.thresholds import Outcome, parse_size
+
+MARK = "qualification"
+_SETTINGS = pytest.StashKey[RunSettings | SettingsError]()
+_QUALIFICATION = pytest.StashKey[Qualification]()
+
+
+class MarginalWarning(UserWarning):
+    """A measurement met its limit only inside the limit's marginal band."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("ckptqual", "checkpoint storage qualification (ckptqual)")
+    group.addoption("--drive", default="local", help="threshold file: a name in thresholds/ or a path (default: local)")
+    group.addoption(
+        "--target",
+        type=Path,
+        help="directory on the drive under test, empty or ckptqual's own "
+        "(default: a fresh directory under the system temp dir)",
+    )
+    group.addoption("--workload", help="workload: a name in fixtures/workloads/ or a path (default: the drive file's)")
+    group.addoption("--scale", type=float, help="shrink every tensor by this factor, 0 < S <= 1 (default: drive file)")
+    group.addoption("--engine", help="stream (bounded memory) or torch-save (default: drive file, else stream)")
+    group.addoption("--checkpoints-per-pass", type=int, help="checkpoints per fill pass (default: drive file)")
+    group.addoption("--fill-fraction", type=float, help="fill this fraction of the target's capacity per pass")
+    group.addoption("--passes", type=int, help="number of fill passes (default: drive file, else 3)")
+    group.addoption("--results", type=Path, help="write a JSON record of the run to this path")
+    group.addoption("--keep", action="store_true", help="keep the run directory and its checkpoints")
+    group.addoption(
+        "--rank-timeout",
+        type=float,
+        default=600.0,
+        help="seconds a rank may take for one checkpoint before the run fails it (default: 600)",
+    )
+    group.addoption(
+        "--memory-budget",
+        type=_size_option,
+        help="memory the ranks may hold together under torch-save, e.g. 32G (default: half of free)",
+    )
+    group.addoption("--seed", type=int, help="payload seed (default: random, recorded in the results)")
+
+
+def _size_option(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise pytest.UsageError(f"--memory-budget: {error}") from error
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MARK}: a check of the ckptqual qualification suite")
+
+
+def settings(config: pytest.Config) -> RunSettings:
+    """The run's settings, resolved once; a bad option or file is a usage error."""
+    if _SETTINGS not in config.stash:
+        try:
+            config.stash[_SETTINGS] = resolve_settings(_options(config))
+        except SettingsError as error:
+            config.stash[_SETTINGS] = error
+    resolved = config.stash[_SETTINGS]
+    if isinstance(resolved, SettingsError):
+        raise pytest.UsageError(str(resolved))
+    return resolved
+
+
+def _options(config: pytest.Config) -> Options:
+    get = config.getoption
+    return Options(
+        drive=get("drive"),
+        target=get("target"),
+        workload=get("workload"),
+        scale=get("scale"),
+        engine=get("engine"),
+        checkpoints_per_pass=get("checkpoints_per_pass"),
+        fill_fraction=get("fill_fraction"),
+        passes=get("passes"),
+        results=get("results"),
+        keep=get("keep"),
+        rank_timeout_s=get("rank_timeout"),
+        memory_budget_bytes=get("memory_budget"),
+        seed=get("seed"),
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "fill_pass" in metafunc.fixturenames:
+        try:
+            passes = settings(metafunc.config).passes
+        except pytest.UsageError:
+            passes = 1  # the usage error is raised once collection is done
+        metafunc.parametrize("fill_pass", range(1, passes + 1), ids=str)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    if any(item.get_closest_marker(MARK) for item in items):
+        settings(config)
+        if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):
+            raise pytest.UsageError("the qualification runs its own rank processes; run it without -n")
+
+
+@pytest.fixture(scope="session")
+def qualification(request: pytest.FixtureRequest) -> Iterator[Qualification]:
+    """The session's qualification run; closed (ranks stopped, results written, target cleaned) at the end."""
+    config = request.config
+    qual = Qualification(settings(config), say=_sayer(config))
+    config.stash[_QUALIFICATION] = qual
+    try:
+        yield qual
+    finally:
+        qual.close()
+
+
+def _sayer(config: pytest.Config) -> Callable[[str], None]:
+    """Prints a progress line now, even while pytest captures the test's output."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+
+    def say(line: str) -> None:
+        if reporter is None:
+            return
+        if capture is None:
+            reporter.write_line(line)
+            return
+        with capture.global_and_fixture_disabled():
+            reporter.ensure_newline()
+            reporter.write_line(line)
+
+    return say
+
+
+@pytest.fixture
+def rounds_runner(benchmark) -> Callable[..., None] | None:
+    """Drives a pass's checkpoints as pytest-benchmark rounds, or plainly when benchmarking is off."""
+    if benchmark.disabled:
+        return None
+
+    def run(fn: Callable[[], None], setup: Callable[[], None], rounds: int) -> None:
+        benchmark.pedantic(fn, setup=setup, rounds=rounds, iterations=1, warmup_rounds=0)
+
+    return run
+
+
+@pytest.fixture
+def check(qualification: Qualification, record_property: Callable[[str, object], None]):
+    """Judges measurements against the drive's limits, reports them, and fails the test on a FAIL."""
+    settings = qualification.settings
+    for name, value in (
+        ("drive", settings.thresholds.drive.name),
+        ("workload", settings.plan.workload),
+        ("scale", settings.scale),
+        ("engine", settings.engine),
+    ):
+        record_property(name, value)
+
+    def check_measurements(measurements: list[tuple[str, float, str]], **context: object) -> list[Judgement]:
+        judgements = qualification.judge(measurements, context)
+        for judgement in judgements:
+            _record(record_property, judgement)
+            if judgement.verdict and judgement.verdict.outcome == Outcome.MARGINAL:
+                warnings.warn(MarginalWarning(judgement.verdict.message), stacklevel=2)
+        failed = failures(judgements)
+        if failed:
+            pytest.fail(" | ".join(j.verdict.message for j in failed), pytrace=False)
+        return judgements
+
+    return check_measurements
+
+
+def _record(record_property: Callable[[str, object], None], judgement: Judgement) -> None:
+    name = judgement.measurement
+    record_property(name, f"{judgement.value:.6g}")
+    record_property(f"{name}.unit", judgement.unit)
+    record_property(f"{name}.outcome", judgement.outcome)
+    if judgement.verdict:
+        record_property(f"{name}.limit", judgement.limit)
+        record_property(f"{name}.judged", f"{judgement.verdict.measured:.6g} {judgement.verdict.unit}")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    qual = _current(report)
+    if qual is None or (report.when != "call" and report.passed):
+        return
+    entry = qual.record.data["tests"].setdefault(report.nodeid, {})
+    if report.when == "call" or report.failed or report.skipped:
+        entry.update(
+            outcome=report.outcome, when=report.when, message=str(report.longrepr)[-2000:] if report.longrepr else ""
+        )
+        qual.record.save()
+
+
+_SESSION_CONFIG: list[pytest.Config] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SESSION_CONFIG[:] = [session.config]
+
+
+def _current(report: pytest.TestReport) -> Qualification | None:
+    if not _SESSION_CONFIG:
+        return None
+    return _SESSION_CONFIG[0].stash.get(_QUALIFICATION, None)
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    qual = config.stash.get(_QUALIFICATION, None)
+    if qual is not None:
+        machine_info["ckptqual"] = {"drive": qual.settings.thresholds.drive.name, **qual.identity.to_dict()}
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    qual = config.stash.get(_QUALIFICATION, None)
+    if qual is None:
+        return
+    terminalreporter.section("ckptqual summary")
+    for line in summary_lines(qual):
+        terminalreporter.write_line(line)

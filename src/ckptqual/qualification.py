@@ -1,0 +1,127 @@
+"""One qualification run on one target: opens it, starts the ranks, measures the baseline, runs the fill.
+
+Knows nothing of pytest: the plugin hands it a `say` function for progress and reads its records.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ckptqual.baseline import Baseline, measure_baseline
+from ckptqual.fill import CheckpointRecord, FillCampaign, PassResult
+from ckptqual.ranks import RankPool
+from ckptqual.results import Judgement, RunRecord, judge
+from ckptqual.settings import RunSettings
+from ckptqual.target import DriveIdentity, Target, identify, open_target
+
+
+class Qualification:
+    """The state of a run: target, ranks, baseline, fill campaign and the record of what was measured."""
+
+    def __init__(self, settings: RunSettings, say: Callable[[str], None]) -> None:
+        self.settings, self.say = settings, say
+        self.record = RunRecord(settings.results)
+        self.record.data.update(
+            settings=settings.to_dict(),
+            plan=settings.plan.to_dict(),
+            thresholds_drive=settings.thresholds.drive.__dict__,
+        )
+        self.target: Target = open_target(settings.target, keep=settings.keep)
+        self.identity: DriveIdentity = identify(self.target.path)
+        self.record.data.update(
+            target={"path": str(self.target.path), "run_dir": str(self.target.run_dir)}, drive=self.identity.to_dict()
+        )
+        plan = settings.plan
+        say(
+            f"ckptqual: drive {settings.thresholds.drive.name!r} ({settings.thresholds.path.name}), "
+            f"target {self.target.path} [{self.identity.filesystem} {self.identity.mount_options}]; "
+            f"writing only inside {self.target.run_dir.name}, removed at the end"
+            + (" (kept: --keep)" if settings.keep else "")
+        )
+        say(
+            f"ckptqual: {plan.workload} at scale {plan.scale:g}: {len(plan.ranks)} ranks, {plan.file_count} files, "
+            f"{plan.total_bytes / 1e9:,.2f} GB per checkpoint, {settings.checkpoints_per_pass} checkpoints per "
+            f"pass, {settings.passes} passes, engine {settings.engine}, seed {settings.seed}"
+        )
+        self.pool: RankPool | None = None
+        try:
+            self.pool = RankPool(len(plan.ranks), settings.seed, timeout_s=settings.rank_timeout_s)
+            self.baseline = self._measure_baseline()
+        except BaseException:
+            self.close()
+            raise
+        self.fill = FillCampaign(
+            self.target.run_dir / "checkpoints",
+            plan,
+            self.pool,
+            settings.engine,
+            settings.checkpoints_per_pass,
+            on_checkpoint=self._checkpoint_done,
+        )
+        self.fill.root.mkdir()
+
+    def _measure_baseline(self) -> Baseline:
+        """Raw sequential write and read on the target, before anything else loads the drive."""
+        size = self.settings.baseline_bytes
+        self.say(f"ckptqual: measuring raw sequential write and read ({size / 1e9:,.2f} GB x 3) on the target")
+        baseline = measure_baseline(self.pool, self.target.run_dir / "raw", size)
+        self.record.data["baseline"] = baseline.to_dict()
+        self.say(
+            f"ckptqual: raw sequential write {baseline.raw_write_GBps:.2f} GB/s, read {baseline.raw_read_GBps:.2f}"
+            f" GB/s (medians of {', '.join(f'{v:.2f}' for v in baseline.write_GBps)} / "
+            f"{', '.join(f'{v:.2f}' for v in baseline.read_GBps)})"
+        )
+        self.record.save()
+        return baseline
+
+    def _checkpoint_done(self, record: CheckpointRecord, total: int) -> None:
+        self.say(
+            f"ckptqual: pass {record.pass_number} checkpoint {record.index}/{total}: {record.seconds:.2f} s, "
+            f"{record.GBps:.2f} GB/s (first rank done {record.first_done_s:.2f} s)"
+        )
+
+    def run_pass(self, number: int, runner: Callable[..., None] | None = None) -> PassResult:
+        """Writes fill pass `number` and records it."""
+        started = time.monotonic()
+        try:
+            result = self.fill.run_pass(number, runner)
+        finally:
+            self.record.data.setdefault("pass_wall_s", {})[str(number)] = time.monotonic() - started
+        self.record.data["passes"].append(result.to_dict())
+        self.record.save()
+        return result
+
+    def judge(self, measurements: list[tuple[str, float, str]], context: Mapping[str, Any]) -> list[Judgement]:
+        """Judges (name, value, unit) measurements against the drive's limits and records them."""
+        judgements = [
+            j
+            for name, value, unit in measurements
+            for j in judge(
+                self.settings.thresholds, name, value, unit, context, self.baseline.as_baselines(), self.settings.scale
+            )
+        ]
+        self.record.add_judgements(judgements)
+        return judgements
+
+    def close(self) -> None:
+        """Stops the ranks, writes the results and removes what the run wrote (unless --keep)."""
+        try:
+            if self.pool is not None:
+                self.pool.close()
+        finally:
+            self.record.data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            self.record.data["removed"] = not self.settings.keep
+            self.record.save()
+            self.target.cleanup()
+
+
+def fill_measurements(result: PassResult) -> list[tuple[str, float, str]]:
+    """The measured values of one fill pass, by measurement name."""
+    return [
+        ("fill_throughput", result.throughput_GBps, "GB/s"),
+        ("fill_mean_checkpoint_throughput", result.mean_checkpoint_GBps, "GB/s"),
+        ("fill_checkpoint_seconds_mean", result.seconds_mean, "s"),
+        ("fill_checkpoint_seconds_max", result.seconds_max, "s"),
+    ]

@@ -1,0 +1,203 @@
+"""The settings of one qualification run: command-line options over the drive's threshold file, validated.
+
+Everything is checked here, before any I/O on the target: a bad value raises SettingsError with one line
+that names the value and the fix. Overlay order (as DCGM's): packaged file < user file < command line.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ckptqual.engines import ENGINES
+from ckptqual.fill import checkpoints_for_fraction, space_problem
+from ckptqual.plan import CheckpointPlan
+from ckptqual.target import check_target
+from ckptqual.thresholds import Thresholds, load_thresholds
+from ckptqual.workloads import Workload, load_workload
+
+DEFAULT_CHECKPOINTS_PER_PASS = 3
+DEFAULT_PASSES = 3
+DEFAULT_RANK_TIMEOUT_S = 600.0
+BASELINE_MAX_BYTES = 32 << 30
+_MEMORY_SHARE = 0.5
+
+
+class SettingsError(ValueError):
+    """A value the run cannot use; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user asked for on the command line (None: not given)."""
+
+    drive: str = "local"
+    target: Path | None = None
+    workload: str | None = None
+    scale: float | None = None
+    engine: str | None = None
+    checkpoints_per_pass: int | None = None
+    fill_fraction: float | None = None
+    passes: int | None = None
+    results: Path | None = None
+    keep: bool = False
+    rank_timeout_s: float = DEFAULT_RANK_TIMEOUT_S
+    memory_budget_bytes: int | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The resolved run: drive limits, workload plan at scale, fill shape and housekeeping."""
+
+    thresholds: Thresholds
+    workload: Workload
+    plan: CheckpointPlan
+    engine: str
+    checkpoints_per_pass: int
+    passes: int
+    target: Path | None
+    results: Path | None
+    keep: bool
+    rank_timeout_s: float
+    memory_budget_bytes: int
+    seed: int
+
+    @property
+    def scale(self) -> float:
+        return self.plan.scale
+
+    @property
+    def baseline_bytes(self) -> int:
+        return plan_baseline_bytes(self.plan)
+
+    def to_dict(self) -> dict:
+        return {
+            "drive": self.thresholds.drive.name,
+            "thresholds_file": str(self.thresholds.path),
+            "workload": self.plan.workload,
+            "scale": self.scale,
+            "engine": self.engine,
+            "checkpoints_per_pass": self.checkpoints_per_pass,
+            "passes": self.passes,
+            "target": str(self.target) if self.target else None,
+            "keep": self.keep,
+            "rank_timeout_s": self.rank_timeout_s,
+            "memory_budget_bytes": self.memory_budget_bytes,
+            "seed": self.seed,
+            "fsync": True,
+            "direct_io": False,
+        }
+
+
+def resolve_settings(options: Options) -> RunSettings:
+    """Validates `options` over the drive's threshold file; raises SettingsError before any I/O."""
+    try:
+        thresholds = load_thresholds(options.drive)
+    except (ValueError, LookupError, FileNotFoundError) as error:
+        raise SettingsError(f"--drive: {error}") from error
+    run = thresholds.run
+    workload_name = _pick(options.workload, run.workload, "llama3.1-405b-review")
+    try:
+        workload = load_workload(workload_name)
+    except ValueError as error:
+        raise SettingsError(f"--workload: {error}") from error
+    scale = _pick(options.scale, run.scale, 1.0)
+    if not (isinstance(scale, int | float) and math.isfinite(scale) and 0 < scale <= 1):
+        raise SettingsError(f"--scale {scale!r}: must be a number with 0 < scale <= 1, e.g. --scale 0.01")
+    plan = workload.plan().scaled(scale)
+    engine = _pick(options.engine, run.engine, "stream")
+    if engine not in ENGINES:
+        raise SettingsError(f"--engine {engine!r}: unknown engine; use one of {', '.join(ENGINES)}")
+    target = options.target
+    if target is not None:
+        problems = check_target(target)
+        if problems:
+            raise SettingsError(f"--target: {problems[0]}")
+    space_at = target if target is not None else Path(tempfile.gettempdir())
+    checkpoints = _checkpoints_per_pass(options, thresholds, plan, space_at)
+    passes = _pick(options.passes, run.passes, DEFAULT_PASSES)
+    _at_least_one("--passes", passes)
+    if not options.rank_timeout_s > 0:
+        raise SettingsError(f"--rank-timeout {options.rank_timeout_s!r}: must be > 0 seconds, e.g. 600")
+    budget = options.memory_budget_bytes or default_memory_budget()
+    if budget <= 0:
+        raise SettingsError(f"--memory-budget {budget!r}: must be > 0 bytes, e.g. 16G")
+    if engine == "torch-save":
+        _check_memory(plan, budget)
+    free = shutil.disk_usage(space_at).free
+    problem = space_problem(plan, checkpoints, free - plan_baseline_bytes(plan))
+    if problem:
+        raise SettingsError(f"--target {space_at}: {problem}")
+    return RunSettings(
+        thresholds=thresholds,
+        workload=workload,
+        plan=plan,
+        engine=engine,
+        checkpoints_per_pass=checkpoints,
+        passes=passes,
+        target=target,
+        results=options.results,
+        keep=options.keep,
+        rank_timeout_s=options.rank_timeout_s,
+        memory_budget_bytes=budget,
+        seed=options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "little"),
+    )
+
+
+def plan_baseline_bytes(plan: CheckpointPlan) -> int:
+    """Bytes per raw baseline round: one checkpoint, capped so that a full-scale run stays short."""
+    return min(plan.total_bytes, BASELINE_MAX_BYTES)
+
+
+def default_memory_budget() -> int:
+    """Half of the memory available now: what the ranks of a torch-save run may hold together."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(int(line.split()[1]) * 1024 * _MEMORY_SHARE)
+    except OSError:
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * _MEMORY_SHARE)
+
+
+def _pick(*values):
+    return next(v for v in values if v is not None)
+
+
+def _at_least_one(option: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SettingsError(f"{option} {value!r}: must be a whole number >= 1")
+
+
+def _checkpoints_per_pass(options: Options, thresholds: Thresholds, plan: CheckpointPlan, space_at: Path) -> int:
+    if options.checkpoints_per_pass is not None:
+        _at_least_one("--checkpoints-per-pass", options.checkpoints_per_pass)
+        return options.checkpoints_per_pass
+    fraction = options.fill_fraction
+    if fraction is None and thresholds.run.checkpoints_per_pass is not None:
+        return thresholds.run.checkpoints_per_pass
+    fraction = fraction if fraction is not None else thresholds.run.fill_fraction
+    if fraction is None:
+        return DEFAULT_CHECKPOINTS_PER_PASS
+    if not (math.isfinite(fraction) and 0 < fraction <= 1):
+        raise SettingsError(f"--fill-fraction {fraction!r}: must be a number with 0 < fraction <= 1, e.g. 0.9")
+    return checkpoints_for_fraction(plan, shutil.disk_usage(space_at).total, fraction)
+
+
+def _check_memory(plan: CheckpointPlan, budget: int) -> None:
+    """torch-save holds a whole file in memory; all ranks at once must fit the budget."""
+    largest = [max((f.nbytes for f in rank.files), default=0) for rank in plan.ranks]
+    needed = sum(largest)
+    if needed > budget:
+        worst = max(range(len(largest)), key=largest.__getitem__)
+        raise SettingsError(
+            f"--engine torch-save holds each file in memory: the ranks' largest files need {needed / 1e9:,.2f} GB "
+            f"together (rank {worst}: {largest[worst] / 1e9:,.2f} GB) but the memory budget is "
+            f"{budget / 1e9:,.2f} GB; use --engine stream (bounded memory), a smaller --scale, "
+            f"or raise --memory-budget"
+        )
