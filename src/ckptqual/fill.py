@@ -98,7 +98,7 @@ class PassResult:
             return (
                 f"payload generation was the bottleneck: generator {self.generated_GBps:.2f} GB/s is under "
                 f"{MIN_GENERATOR_HEADROOM:g}x the checkpoint rate {self.throughput_GBps:.2f} GB/s; "
-                f"use fewer ranks per core or a faster host"
+                f"use a host with more or faster cores"
             )
         return None
 

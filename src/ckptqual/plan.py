@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 DTYPE_BYTES: dict[str, int] = {
     "float64": 8,
@@ -41,6 +42,11 @@ class FilePlan:
 
     path: str
     tensors: tuple[TensorSpec, ...]
+
+    def __post_init__(self) -> None:
+        parts = PurePosixPath(self.path).parts
+        if not parts or self.path.startswith("/") or any(part in ("..", ".") for part in parts):
+            raise ValueError(f"file path {self.path!r} must be relative to the checkpoint directory, without '..'")
 
     @property
     def nbytes(self) -> int:

@@ -27,6 +27,7 @@ from ckptqual.payload import PayloadGenerator
 from ckptqual.plan import RankPlan
 
 _STOP_GRACE_S = 5.0
+_START_TIMEOUT_S = 300.0  # spawning ranks imports torch in each: slow on a loaded host
 
 
 class RankFailure(RuntimeError):
@@ -41,7 +42,7 @@ class RankTiming:
     done_s: float
     bytes: int
     files: int
-    generate_s: float
+    generate_cpu_s: float
 
 
 @dataclass(frozen=True)
@@ -63,15 +64,11 @@ class CheckpointTiming:
         return sum(r.bytes for r in self.ranks)
 
     @property
-    def generate_s_max(self) -> float:
-        """The longest time any rank spent making payload."""
-        return max(r.generate_s for r in self.ranks)
-
-    @property
     def generated_GBps(self) -> float:
-        """How fast the ranks made payload together, had they done nothing else."""
-        slowest = self.generate_s_max
-        return self.bytes / slowest / 1e9 if slowest > 0 else float("inf")
+        """How fast the ranks could make payload together on this host's cores, had they done nothing else."""
+        cores = min(len(os.sched_getaffinity(0)), len(self.ranks))
+        wall = sum(r.generate_cpu_s for r in self.ranks) / cores
+        return self.bytes / wall / 1e9 if wall > 0 else float("inf")
 
 
 @dataclass
@@ -112,28 +109,28 @@ _OPERATIONS: dict[str, Callable[[RankIO, _Task], int]] = {
 
 
 def _worker(rank: int, seed: int, chunk_bytes: int, conn: Connection, barrier: Any) -> None:
-    """A rank's loop: wait for a task, meet the others at the barrier, do it, report."""
+    """A rank's loop: wait for a task, meet the others at the barrier, do it, report; ends with its parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
     io = RankIO(PayloadGenerator(seed), rank=rank, chunk_bytes=chunk_bytes)
-    conn.send({"ready": True})
-    while True:
-        task: _Task = conn.recv()
-        if task.op == "stop":
-            return
-        io.checkpoint, io.generate_s, io.generated_bytes = task.checkpoint, 0.0, 0
-        try:
-            barrier.wait()
-            start = time.monotonic()
-            moved = _OPERATIONS[task.op](io, task)
-            conn.send({"start": start, "end": time.monotonic(), "bytes": moved, "generate_s": io.generate_s})
-        except Exception as error:
-            conn.send(
-                {
-                    "error": f"{type(error).__name__}: {error}",
-                    "errno": getattr(error, "errno", None),
-                    "trace": traceback.format_exc(),
-                }
-            )
+    with contextlib.suppress(EOFError, OSError):  # the parent is gone: nothing left to report to
+        conn.send({"ready": True})
+        while (task := conn.recv()).op != "stop":
+            conn.send(_run_task(io, task, barrier))
+
+
+def _run_task(io: RankIO, task: _Task, barrier: Any) -> dict[str, Any]:
+    io.checkpoint, io.generate_cpu_s, io.generated_bytes = task.checkpoint, 0.0, 0
+    try:
+        barrier.wait()
+        start = time.monotonic()
+        moved = _OPERATIONS[task.op](io, task)
+        return {"start": start, "end": time.monotonic(), "bytes": moved, "generate_cpu_s": io.generate_cpu_s}
+    except Exception as error:
+        return {
+            "error": f"{type(error).__name__}: {error}",
+            "errno": getattr(error, "errno", None),
+            "trace": traceback.format_exc(),
+        }
 
 
 class RankPool:
@@ -159,7 +156,7 @@ class RankPool:
             self._conns.append(parent)
             self._procs.append(proc)
         try:
-            self._collect("start-up")
+            self._collect("start-up", max(timeout_s, _START_TIMEOUT_S))
         except BaseException:
             self.close()
             raise
@@ -190,34 +187,39 @@ class RankPool:
                     conn.send(_Task(op, checkpoint, str(directory), plan, options or {}))
                 replies = self._collect(what)
             except (KeyboardInterrupt, SystemExit):
-                self.close()
+                self.close(grace_s=0)
                 raise
         start = min(r["start"] for r in replies)
         timings = tuple(
             RankTiming(
-                rank, r["end"] - start, r["bytes"], len(plans[rank].files) if plans[rank] else 0, r["generate_s"]
+                rank, r["end"] - start, r["bytes"], len(plans[rank].files) if plans[rank] else 0, r["generate_cpu_s"]
             )
             for rank, r in enumerate(replies)
         )
         return CheckpointTiming(timings)
 
-    def _collect(self, what: str) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + self.timeout_s
+    def _collect(self, what: str, timeout_s: float | None = None) -> list[dict[str, Any]]:
+        timeout_s = timeout_s or self.timeout_s
+        deadline = time.monotonic() + timeout_s
         replies: list[dict[str, Any] | None] = [None] * self.ranks
         while any(r is None for r in replies):
             for rank, (conn, proc) in enumerate(zip(self._conns, self._procs, strict=True)):
                 if replies[rank] is not None:
                     continue
-                if conn.poll(0.05):
-                    replies[rank] = conn.recv()
-                elif not proc.is_alive():
-                    self.close()
+                try:
+                    if conn.poll(0.05):
+                        replies[rank] = conn.recv()
+                        continue
+                except (EOFError, OSError):
+                    proc.join(1.0)
+                if not proc.is_alive():
+                    self.close(grace_s=0)
                     raise RankFailure(f"rank {rank} died during {what} (exit code {proc.exitcode})")
             if time.monotonic() > deadline:
                 late = [rank for rank, r in enumerate(replies) if r is None]
-                self.close()
+                self.close(grace_s=0)
                 raise RankFailure(
-                    f"rank(s) {late} did not finish {what} within {self.timeout_s:g} s; "
+                    f"rank(s) {late} did not finish {what} within {timeout_s:g} s; "
                     f"raise --rank-timeout if the drive is that slow"
                 )
         failed = [(rank, r) for rank, r in enumerate(replies) if "error" in r]
@@ -232,13 +234,13 @@ class RankPool:
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs if p.pid is not None]
 
-    def close(self) -> None:
-        """Stops every rank: politely first, then by force; no process outlives this call."""
+    def close(self, grace_s: float = _STOP_GRACE_S) -> None:
+        """Stops every rank: politely for `grace_s`, then by force; no process outlives this call."""
         for conn in self._conns:
             with contextlib.suppress(OSError, ValueError):
                 conn.send(_Task("stop"))
         self._barrier.abort()
-        deadline = time.monotonic() + _STOP_GRACE_S
+        deadline = time.monotonic() + grace_s
         for proc in self._procs:
             proc.join(max(0.0, deadline - time.monotonic()))
         for proc in self._procs:

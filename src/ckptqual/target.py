@@ -124,8 +124,7 @@ def open_target(path: Path | None, keep: bool = False) -> Target:
     created_marker = not marker.exists()
     if created_marker:
         marker.write_text("This directory is a ckptqual target; ckptqual removes only what it creates here.\n")
-    run_dir = path / f"{RUN_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    run_dir.mkdir()
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-", dir=path))
     (run_dir / RUN_MARKER).write_text("Created by ckptqual; removed at the end of the run unless --keep.\n")
     return Target(path, run_dir, created_target, created_marker, keep)
 

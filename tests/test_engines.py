@@ -1,0 +1,104 @@
+"""Both engines write files that torch.load reads back as the planned tensors, holding the planned payload."""
+
+import struct
+import subprocess
+import sys
+import textwrap
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from ckptqual.engines import ENGINES, make_engine
+from ckptqual.engines.base import RankIO
+from ckptqual.engines.torchformat import ALIGNMENT
+from ckptqual.payload import PayloadGenerator, find_mismatches
+from ckptqual.plan import FilePlan, TensorSpec
+
+ODD_FILE = FilePlan(
+    "odd.pt",
+    (
+        TensorSpec("tiny", 1, "int8"),
+        TensorSpec("layers.0.attention.wqkv", 3_000_001, "float16"),
+        TensorSpec("empty", 0, "float32"),
+        TensorSpec("fp8", 5, "float8_e4m3fn"),
+        TensorSpec("bf16", 1_234_567, "bfloat16"),
+        TensorSpec("optimizer.state", 777_777, "float32"),
+    ),
+)
+
+
+@pytest.mark.parametrize("engine_name", sorted(ENGINES))
+def test_files_load_with_torch_and_hold_the_payload(tmp_path, engine_name):
+    generator = PayloadGenerator(11)
+    io = RankIO(generator, rank=3, checkpoint=2, chunk_bytes=1 << 20)
+    path = tmp_path / "odd.pt"
+    make_engine(engine_name).write(path, ODD_FILE, 4, io)
+    state = torch.load(path, weights_only=True)
+    assert list(state) == [t.name for t in ODD_FILE.tensors]
+    for index, spec in enumerate(ODD_FILE.tensors):
+        tensor = state[spec.name]
+        assert tensor.dtype == getattr(torch, spec.dtype)
+        assert tuple(tensor.shape) == (spec.numel,)
+        data = tensor.view(torch.uint8).numpy() if spec.numel else np.empty(0, np.uint8)
+        assert data.nbytes == spec.nbytes
+        assert find_mismatches(generator, data, 2, 3, 4, index, 0) == []
+    assert io.generated_bytes == ODD_FILE.nbytes
+
+
+def test_stream_records_are_64_byte_aligned_like_torch_save(tmp_path):
+    path = tmp_path / "aligned.pt"
+    make_engine("stream").write(path, ODD_FILE, 0, RankIO(PayloadGenerator(1), rank=0))
+    raw = path.read_bytes()
+    with zipfile.ZipFile(path) as archive:
+        records = [i for i in archive.infolist() if "/data/" in i.filename and not i.filename.endswith(".data/")]
+        assert len(records) == len(ODD_FILE.tensors)
+        for info in records:
+            name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26 : info.header_offset + 30])
+            assert (info.header_offset + 30 + name_len + extra_len) % ALIGNMENT == 0
+        assert archive.testzip() is None  # every CRC is right
+
+
+def test_torch_load_mmap_reads_stream_files(tmp_path):
+    path = tmp_path / "mapped.pt"
+    generator = PayloadGenerator(5)
+    make_engine("stream").write(path, ODD_FILE, 0, RankIO(generator, rank=1, checkpoint=1))
+    state = torch.load(path, weights_only=True, mmap=True)
+    data = state["optimizer.state"].view(torch.uint8).numpy()
+    assert find_mismatches(generator, data, 1, 1, 0, 5, 0) == []
+
+
+def test_unknown_engine_names_the_known_ones():
+    with pytest.raises(ValueError, match="use one of stream, torch-save"):
+        make_engine("fio")
+
+
+PEAK_RSS = textwrap.dedent(
+    """
+    import resource, sys
+    from pathlib import Path
+    from ckptqual.engines import make_engine
+    from ckptqual.engines.base import RankIO
+    from ckptqual.payload import PayloadGenerator
+    from ckptqual.plan import FilePlan, TensorSpec
+    size, path = int(sys.argv[1]), Path(sys.argv[2])
+    spec = FilePlan("big.pt", (TensorSpec("x", size, "int8"),))
+    make_engine("stream").write(path, spec, 0, RankIO(PayloadGenerator(1), rank=0))
+    path.unlink()
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    """
+)
+
+
+def _peak_rss(size: int, path) -> int:
+    result = subprocess.run(
+        [sys.executable, "-c", PEAK_RSS, str(size), str(path)], capture_output=True, text=True, check=True
+    )
+    return int(result.stdout.strip())
+
+
+def test_stream_engine_memory_does_not_grow_with_file_size(tmp_path):
+    small = _peak_rss(32 << 20, tmp_path / "small.pt")
+    large = _peak_rss(512 << 20, tmp_path / "large.pt")
+    assert large - small < 64 << 20, f"peak RSS grew by {(large - small) >> 20} MiB for a 16x larger file"

@@ -1,0 +1,170 @@
+"""The qualification suite end to end, as a user runs it: pytest tests_qual with options, in a subprocess."""
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# Few, larger files: at tiny scales the review layout's 536 files make per-file overhead dominate.
+SMALL = ["--workload", "llama3-8b", "--scale", "0.0003", "--checkpoints-per-pass", "2", "--passes", "2"]
+
+
+def run_suite(*args: str, tests: str = "tests_qual/test_fill.py", cwd: Path = REPO) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "pytest", str(REPO / tests), "-p", "no:cacheprovider", *args]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def lenient_drive(path: Path, name: str) -> Path:
+    """local.toml with one limit no working disk misses, so that a busy CI machine cannot fail the run."""
+    local = (REPO / "thresholds" / "local.toml").read_text()
+    path.write_text(
+        local[: local.index("[[limit]]")].replace(
+            'name = "local disk (no drive-specific thresholds)"', f'name = "{name}"'
+        )
+        + """
+[[limit]]
+name = "fill_throughput"
+min = 0.001
+unit = "ratio"
+relative_to = "raw_write"
+source = "test: a thousandth of the raw write"
+"""
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """One small qualification on an empty target, with every report a user can ask for."""
+    out = tmp_path_factory.mktemp("reports")
+    target = tmp_path_factory.mktemp("target")
+    drive = lenient_drive(out / "lenient.toml", "lenient drive")
+    result = run_suite(
+        *SMALL,
+        "--drive",
+        str(drive),
+        "--target",
+        str(target),
+        "--junitxml",
+        str(out / "qual.xml"),
+        "--results",
+        str(out / "results.json"),
+        "--benchmark-autosave",
+        "--benchmark-storage",
+        str(out / "benchmarks"),
+    )
+    return result, out, target
+
+
+def test_a_small_run_passes_and_leaves_the_target_as_it_found_it(small_run):
+    result, _, target = small_run
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert list(target.iterdir()) == []
+
+
+def test_progress_and_summary_are_printed(small_run):
+    output = small_run[0].stdout
+    assert "ckptqual: pass 1 checkpoint 1/2:" in output and "ckptqual: pass 2 checkpoint 2/2:" in output
+    assert "ckptqual summary" in output and "raw sequential write" in output
+    assert "pass ckpts mean s worst s GB/s mean GB/s" in " ".join(output.split())
+
+
+def test_junit_carries_every_measurement_with_limit_and_unit(small_run):
+    tree = ElementTree.parse(small_run[1] / "qual.xml")
+    cases = {case.get("name"): case for case in tree.iter("testcase")}
+    assert set(cases) == {"test_fill_pass[1]", "test_fill_pass[2]"}
+    properties = {p.get("name"): p.get("value") for p in cases["test_fill_pass[2]"].iter("property")}
+    assert properties["workload"] == "llama3-8b" and properties["engine"] == "stream"
+    assert float(properties["scale"]) == 0.0003
+    assert float(properties["fill_throughput"]) > 0 and properties["fill_throughput.unit"] == "GB/s"
+    assert properties["fill_throughput.limit"] == ">= 0.001 of raw_write"
+    assert properties["fill_throughput.outcome"] == "PASS"
+    assert properties["fill_checkpoint_seconds_max.outcome"] == "MEASURED"
+
+
+def test_results_json_records_configuration_timings_and_outcomes(small_run):
+    data = json.loads((small_run[1] / "results.json").read_text())
+    assert data["settings"]["scale"] == 0.0003 and data["settings"]["engine"] == "stream"
+    assert data["plan"]["files"] == 16 and len(data["plan"]["ranks"]) == 8
+    assert len(data["baseline"]["write_GBps"]) == 3
+    assert max(data["baseline"]["cached_fraction_before_read"]) < 0.05
+    assert [p["pass"] for p in data["passes"]] == [1, 2]
+    checkpoint = data["passes"][1]["checkpoints"][0]
+    assert checkpoint["removed_before"] == 0 and len(checkpoint["ranks"]) == 8
+    assert checkpoint["seconds"] == max(r["done_s"] for r in checkpoint["ranks"])
+    assert {m["measurement"] for m in data["measurements"]} >= {"fill_throughput", "fill_mean_checkpoint_throughput"}
+    assert all(t["outcome"] == "passed" for t in data["tests"].values())
+    assert data["removed"] is True and "torch" in data["environment"]["versions"]
+
+
+def test_benchmarks_compare_across_runs_of_different_drives(small_run, tmp_path):
+    _, out, _ = small_run
+    other_drive = lenient_drive(tmp_path / "other-drive.toml", "other drive")
+    second = run_suite(
+        *SMALL, "--drive", str(other_drive), "--benchmark-autosave", "--benchmark-storage", str(out / "benchmarks")
+    )
+    assert second.returncode == 0, second.stdout[-3000:]
+    saved = sorted((out / "benchmarks").rglob("*.json"))
+    assert len(saved) == 2
+    runs = [json.loads(path.read_text()) for path in saved]
+    assert [r["machine_info"]["ckptqual"]["drive"] for r in runs] == ["lenient drive", "other drive"]
+    names = [[b["name"] for b in r["benchmarks"]] for r in runs]
+    assert names[0] == names[1] == ["test_fill_pass[1]", "test_fill_pass[2]"]
+    assert runs[0]["benchmarks"][0]["stats"]["rounds"] == 2
+    assert runs[0]["benchmarks"][0]["extra_info"]["checkpoint_bytes"] > 0
+    cli = [sys.executable, "-c", "from pytest_benchmark.cli import main; main()"]  # = the pytest-benchmark command
+    compare = subprocess.run(
+        [*cli, "--storage", str(out / "benchmarks"), "compare", "--columns", "mean,max"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert compare.returncode == 0, compare.stderr
+    assert compare.stdout.count("test_fill_pass[1]") == 2
+
+
+def test_a_bad_option_is_a_usage_error_and_writes_nothing(tmp_path):
+    result = run_suite("--scale", "0", "--target", str(tmp_path), "--results", str(tmp_path / "r.json"))
+    assert result.returncode == 4
+    assert "ERROR: --scale 0.0: must be a number with 0 < scale <= 1" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failing_limit_fails_the_pass_with_value_limit_and_unit(tmp_path):
+    strict = tmp_path / "strict.toml"
+    strict.write_text(
+        (REPO / "thresholds" / "local.toml").read_text()
+        + """
+[[limit]]
+name = "fill_throughput"
+min = 1000
+unit = "GB/s"
+source = "an impossible limit, to see the failure"
+"""
+    )
+    target = tmp_path / "target"
+    target.mkdir()
+    result = run_suite(
+        "--workload",
+        "llama3-8b",
+        "--scale",
+        "0.0001",
+        "--checkpoints-per-pass",
+        "1",
+        "--passes",
+        "1",
+        "--drive",
+        str(strict),
+        "--target",
+        str(target),
+        "--junitxml",
+        str(tmp_path / "q.xml"),
+    )
+    assert result.returncode == 1
+    failure = next(ElementTree.parse(tmp_path / "q.xml").iter("failure")).get("message")
+    assert "fill_throughput" in failure and "< min 1000 GB/s" in failure and "an impossible limit" in failure
+    assert list(target.iterdir()) == []

@@ -1,0 +1,62 @@
+"""Rank workers: a common start, per-rank timing, and bounded failure when a rank dies or hangs."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from ckptqual.plan import FilePlan, RankPlan, TensorSpec
+from ckptqual.ranks import RankFailure, RankPool
+
+
+def plans(ranks: int, numel: int) -> tuple[RankPlan, ...]:
+    return tuple(RankPlan(r, (FilePlan(f"rank{r}.pt", (TensorSpec("x", numel, "int8"),)),)) for r in range(ranks))
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_every_rank_reports_its_bytes_and_time_from_the_common_start(tmp_path):
+    with RankPool(3, seed=1, timeout_s=60) as pool:
+        timing = pool.write_checkpoint(tmp_path, 0, plans(3, 1_000_000), "stream")
+    assert [r.rank for r in timing.ranks] == [0, 1, 2]
+    assert timing.bytes == 3_000_000
+    assert 0 < timing.first_done_s <= timing.seconds
+    assert all(r.generate_cpu_s > 0 for r in timing.ranks)
+
+
+def test_a_rank_that_dies_fails_the_checkpoint_and_no_process_is_left(tmp_path):
+    pool = RankPool(2, seed=1, timeout_s=60)
+    pids = pool.pids
+    killer = threading.Timer(0.5, os.kill, (pids[1], signal.SIGKILL))
+    killer.start()
+    started = time.monotonic()
+    with pytest.raises(RankFailure, match=r"rank 1 died during checkpoint 0 \(exit code -9\)"):
+        pool.write_checkpoint(tmp_path, 0, plans(2, 3_000_000_000), "stream")
+    assert time.monotonic() - started < 30
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_a_rank_that_hangs_fails_within_the_timeout_and_is_stopped(tmp_path):
+    pool = RankPool(2, seed=1, timeout_s=3)
+    pids = pool.pids
+    os.kill(pids[0], signal.SIGSTOP)
+    with pytest.raises(RankFailure, match=r"did not finish checkpoint 0 within 3 s; raise --rank-timeout"):
+        pool.write_checkpoint(tmp_path, 0, plans(2, 1000), "stream")
+    assert not any(alive(pid) for pid in pids)
+
+
+def test_a_rank_error_names_the_rank_and_the_cause(tmp_path):
+    clash = (FilePlan("a", (TensorSpec("t", 1, "int8"),)), FilePlan("a/b.pt", (TensorSpec("t", 1, "int8"),)))
+    with RankPool(2, seed=1, timeout_s=60) as pool:
+        with pytest.raises(RankFailure, match="rank 1 failed during checkpoint 0: .*Error"):
+            pool.write_checkpoint(tmp_path, 0, (RankPlan(0, ()), RankPlan(1, clash)), "stream")
+        again = pool.write_checkpoint(tmp_path / "..", 1, (RankPlan(0, ()), RankPlan(1, ())), "stream")
+    assert again.bytes == 0

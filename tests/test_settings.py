@@ -1,0 +1,77 @@
+"""Options over the threshold file: every bad value stops the run before any I/O, naming the value and the fix."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ckptqual.settings import Options, SettingsError, resolve_settings
+
+
+def resolve(**options) -> object:
+    return resolve_settings(Options(**options))
+
+
+def test_the_built_in_default_is_the_scaled_review_workload():
+    settings = resolve()
+    assert settings.thresholds.drive.name.startswith("local")
+    assert settings.plan.workload == "llama3.1-405b-review"
+    assert 0.75e9 < settings.plan.total_bytes < 0.85e9  # about 800 MB per checkpoint
+    assert (settings.checkpoints_per_pass, settings.passes, settings.engine) == (3, 3, "stream")
+
+
+def test_command_line_overrides_the_drive_file():
+    settings = resolve(scale=0.0001, checkpoints_per_pass=2, passes=1, engine="torch-save", seed=5)
+    assert (settings.scale, settings.checkpoints_per_pass, settings.passes, settings.engine, settings.seed) == (
+        0.0001,
+        2,
+        1,
+        "torch-save",
+        5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"scale": 0.0}, "--scale 0.0: must be a number with 0 < scale <= 1"),
+        ({"scale": 1.5}, "--scale 1.5: must be a number with 0 < scale <= 1"),
+        ({"scale": float("nan")}, "--scale nan"),
+        ({"engine": "fio"}, "--engine 'fio': unknown engine; use one of stream, torch-save"),
+        ({"drive": "d9-unknown"}, "unknown drive 'd9-unknown'; available: d5-p5336, d7-ps1010, local"),
+        ({"workload": "gpt-17"}, "--workload: "),
+        ({"checkpoints_per_pass": 0}, "--checkpoints-per-pass 0: must be a whole number >= 1"),
+        ({"passes": -1}, "--passes -1: must be a whole number >= 1"),
+        ({"fill_fraction": 1.5}, "--fill-fraction 1.5: must be a number with 0 < fraction <= 1"),
+        ({"rank_timeout_s": 0}, "--rank-timeout 0: must be > 0 seconds"),
+        ({"target": Path("/etc")}, "--target: target /etc is a system directory"),
+    ],
+)
+def test_bad_options_are_refused_with_value_and_fix(options, message):
+    with pytest.raises(SettingsError, match=None) as error:
+        resolve(**options)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_torch_save_refuses_files_over_the_memory_budget_up_front():
+    with pytest.raises(SettingsError, match=r"--engine torch-save holds each file in memory: .* use --engine stream"):
+        resolve(engine="torch-save", scale=0.001, memory_budget_bytes=100 << 20)
+
+
+def test_full_scale_review_on_stream_needs_no_memory_but_space(tmp_path):
+    with pytest.raises(SettingsError, match=r"the fill needs 4,907.\d\d GB .* use --scale"):
+        resolve(scale=1.0, target=tmp_path)
+
+
+def test_a_target_too_small_for_the_plan_is_refused_before_any_write(tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(small)]).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        with pytest.raises(SettingsError, match=r"GB free; use --checkpoints-per-pass|GB free; use --scale"):
+            resolve(target=small)
+        assert list(small.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
