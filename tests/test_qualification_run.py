@@ -93,8 +93,9 @@ def test_results_json_records_configuration_timings_and_outcomes(small_run):
     assert len(data["baseline"]["write_GBps"]) == 3
     assert max(data["baseline"]["cached_fraction_before_read"]) < 0.05
     assert [p["pass"] for p in data["passes"]] == [1, 2]
-    checkpoint = data["passes"][1]["checkpoints"][0]
-    assert checkpoint["removed_before"] == 0 and len(checkpoint["ranks"]) == 8
+    assert [p["checkpoints"] for p in data["passes"]] == [[0, 1], [2, 3]]
+    checkpoint = data["checkpoints"][2]
+    assert checkpoint["pass_number"] == 2 and checkpoint["removed_before"] == 0 and len(checkpoint["ranks"]) == 8
     assert checkpoint["seconds"] == max(r["done_s"] for r in checkpoint["ranks"])
     assert {m["measurement"] for m in data["measurements"]} >= {"fill_throughput", "fill_mean_checkpoint_throughput"}
     assert all(t["outcome"] == "passed" for t in data["tests"].values())
@@ -168,3 +169,13 @@ source = "an impossible limit, to see the failure"
     failure = next(ElementTree.parse(tmp_path / "q.xml").iter("failure")).get("message")
     assert "fill_throughput" in failure and "< min 1000 GB/s" in failure and "an impossible limit" in failure
     assert list(target.iterdir()) == []
+
+
+def test_a_target_with_foreign_files_is_refused_and_left_byte_for_byte(tmp_path):
+    precious = tmp_path / "precious.ckpt"
+    precious.write_bytes(b"\x00\x01" * 5000)
+    result = run_suite("--target", str(tmp_path))
+    assert result.returncode == 4
+    assert "holds 1 entry ckptqual did not create (precious.ckpt); give an empty directory" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["precious.ckpt"]
+    assert precious.read_bytes() == b"\x00\x01" * 5000

@@ -100,7 +100,7 @@ def test_local_limits_are_relative():
     (fill,) = thresholds.limits_for("fill_throughput", {"pass": 1})
     assert (fill.min, fill.relative_to, fill.marginal) == (0.1, "raw_write", 0.5)
     (restore,) = thresholds.limits_for("restore_throughput", {"pass": 1})
-    assert (restore.min, restore.relative_to) == (0.25, "raw_read")
+    assert (restore.min, restore.relative_to) == (0.05, "raw_read")
     for threads in (16, 4, 1):
         (sweep,) = thresholds.limits_for(
             "sweep_read_bandwidth", {"transfer": "cpu-only", "block_size": "1M", "threads": threads}

@@ -20,8 +20,8 @@ from ckptqual.ranks import CheckpointTiming, RankFailure, RankPool
 # Format overhead per file and per tensor beyond the payload (zip headers, pickle), generously rounded up.
 FILE_OVERHEAD_BYTES = 16 << 10
 TENSOR_OVERHEAD_BYTES = 1 << 10
-# Space left free on the target besides the checkpoints.
-RESERVE_BYTES = 256 << 20
+# Space left free on the target besides the checkpoints (their format overhead is counted separately).
+RESERVE_BYTES = 8 << 20
 # Payload generation must be at least this many times faster than the checkpoint rate.
 MIN_GENERATOR_HEADROOM = 2.0
 
@@ -105,7 +105,7 @@ class PassResult:
     def to_dict(self) -> dict:
         return {
             "pass": self.number,
-            "checkpoints": [c.to_dict() for c in self.checkpoints],
+            "checkpoints": [c.checkpoint for c in self.checkpoints],  # details: the run's "checkpoints" list
             "bytes": self.bytes,
             "seconds": self.seconds,
             "throughput_GBps": self.throughput_GBps,
@@ -136,9 +136,14 @@ def space_problem(plan: CheckpointPlan, checkpoints: int, free_bytes: int) -> st
     usable = max(0, free_bytes - RESERVE_BYTES)
     fitting = usable // per_checkpoint
     scale_hint = plan.scale * usable / (checkpoints * per_checkpoint) * 0.95
+    if scale_hint <= 0:
+        return (
+            f"the fill needs {needed / 1e9:,.3f} GB but the target has {free_bytes / 1e9:,.3f} GB free; "
+            f"use a larger target"
+        )
     return (
         f"the fill needs {needed / 1e9:,.2f} GB ({checkpoints} checkpoints of {per_checkpoint / 1e9:,.2f} GB "
-        f"+ {RESERVE_BYTES / 1e9:.2f} GB reserve) but the target has {free_bytes / 1e9:,.2f} GB free; "
+        f"+ {RESERVE_BYTES / 1e9:.3f} GB reserve) but the target has {free_bytes / 1e9:,.2f} GB free; "
         f"use --checkpoints-per-pass {fitting} or --scale {scale_hint:.3g}"
         if fitting
         else f"the fill needs {needed / 1e9:,.2f} GB but the target has {free_bytes / 1e9:,.2f} GB free; "

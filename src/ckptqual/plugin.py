@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -52,6 +53,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="memory the ranks may hold together under torch-save, e.g. 32G (default: half of free)",
     )
     group.addoption("--seed", type=int, help="payload seed (default: random, recorded in the results)")
+    group.addoption(
+        "--restore-checkpoints",
+        type=int,
+        default=1,
+        help="how many of the newest checkpoints test_restore reads back (default: 1)",
+    )
 
 
 def _size_option(text: str) -> int:
@@ -117,12 +124,21 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def qualification(request: pytest.FixtureRequest) -> Iterator[Qualification]:
     """The session's qualification run; closed (ranks stopped, results written, target cleaned) at the end."""
     config = request.config
-    qual = Qualification(settings(config), say=_sayer(config))
-    config.stash[_QUALIFICATION] = qual
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        yield qual
+        qual = Qualification(settings(config), say=_sayer(config))
+        config.stash[_QUALIFICATION] = qual
+        try:
+            yield qual
+        finally:
+            qual.close()
     finally:
-        qual.close()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM stops the run as Ctrl-C does: ranks stopped, partial files removed, reports written."""
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def _sayer(config: pytest.Config) -> Callable[[str], None]:

@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from ckptqual.baseline import Baseline, measure_baseline
 from ckptqual.fill import CheckpointRecord, FillCampaign, PassResult
-from ckptqual.ranks import RankPool
+from ckptqual.ranks import RankFailure, RankPool
+from ckptqual.restore import RestoreResult, evict_checkpoint
 from ckptqual.results import Judgement, RunRecord, judge
 from ckptqual.settings import RunSettings
 from ckptqual.target import DriveIdentity, Target, identify, open_target
+
+
+class RestoreError(RuntimeError):
+    """A restore could not be run or did not read back what was written."""
 
 
 class Qualification:
@@ -77,6 +84,8 @@ class Qualification:
         return baseline
 
     def _checkpoint_done(self, record: CheckpointRecord, total: int) -> None:
+        self.record.data.setdefault("checkpoints", []).append(record.to_dict())
+        self.record.save()
         self.say(
             f"ckptqual: pass {record.pass_number} checkpoint {record.index}/{total}: {record.seconds:.2f} s, "
             f"{record.GBps:.2f} GB/s (first rank done {record.first_done_s:.2f} s)"
@@ -92,6 +101,48 @@ class Qualification:
         self.record.data["passes"].append(result.to_dict())
         self.record.save()
         return result
+
+    def restore(self, checkpoint: int, directory: Path) -> RestoreResult:
+        """Reads one checkpoint back cold with every rank at once and verifies every byte; raises RestoreError."""
+        plan = self.settings.plan
+        cached = evict_checkpoint(directory, plan)
+        try:
+            timing = self.pool.run(
+                "read",
+                directory,
+                plan.ranks,
+                f"restore of checkpoint {checkpoint}",
+                checkpoint,
+                {"engine": self.settings.engine},
+            )
+        except RankFailure as error:
+            self.record.data["errors"].append(str(error))
+            self.record.save()
+            raise RestoreError(str(error)) from error
+        result = RestoreResult(
+            checkpoint,
+            timing.bytes,
+            timing.seconds,
+            timing.first_done_s,
+            cached,
+            timing.generated_GBps,
+            [asdict(r) for r in timing.ranks],
+        )
+        self.record.data.setdefault("restore", []).append(result.to_dict())
+        self.record.save()
+        self.say(
+            f"ckptqual: restore of checkpoint {checkpoint}: {result.seconds:.2f} s, {result.GBps:.2f} GB/s, "
+            f"every byte verified ({cached:.1%} cached before)"
+        )
+        return result
+
+    def newest_checkpoints(self, count: int) -> list[tuple[int, Path]]:
+        """The newest `count` kept checkpoints; raises RestoreError when there are none to read."""
+        if self.fill.failure:
+            raise RestoreError(f"not run: {self.fill.failure}")
+        if not self.fill.retained:
+            raise RestoreError("not run: no checkpoint has been written (run the fill passes first)")
+        return list(self.fill.retained)[-count:]
 
     def judge(self, measurements: list[tuple[str, float, str]], context: Mapping[str, Any]) -> list[Judgement]:
         """Judges (name, value, unit) measurements against the drive's limits and records them."""

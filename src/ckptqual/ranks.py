@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ckptqual import raw
+from ckptqual import raw, restore
 from ckptqual.engines import make_engine
 from ckptqual.engines.base import DEFAULT_CHUNK_BYTES, RankIO, fsync_directory, fsync_path
 from ckptqual.payload import PayloadGenerator
@@ -42,7 +42,7 @@ class RankTiming:
     done_s: float
     bytes: int
     files: int
-    generate_cpu_s: float
+    payload_cpu_s: float
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class CheckpointTiming:
     def generated_GBps(self) -> float:
         """How fast the ranks could make payload together on this host's cores, had they done nothing else."""
         cores = min(len(os.sched_getaffinity(0)), len(self.ranks))
-        wall = sum(r.generate_cpu_s for r in self.ranks) / cores
+        wall = sum(r.payload_cpu_s for r in self.ranks) / cores
         return self.bytes / wall / 1e9 if wall > 0 else float("inf")
 
 
@@ -105,6 +105,7 @@ _OPERATIONS: dict[str, Callable[[RankIO, _Task], int]] = {
     "write": _write_files,
     "raw-write": raw.write_sequential,
     "raw-read": raw.read_sequential,
+    "read": restore.read_checkpoint_files,
 }
 
 
@@ -119,12 +120,12 @@ def _worker(rank: int, seed: int, chunk_bytes: int, conn: Connection, barrier: A
 
 
 def _run_task(io: RankIO, task: _Task, barrier: Any) -> dict[str, Any]:
-    io.checkpoint, io.generate_cpu_s, io.generated_bytes = task.checkpoint, 0.0, 0
+    io.checkpoint, io.payload_cpu_s, io.generated_bytes = task.checkpoint, 0.0, 0
     try:
         barrier.wait()
         start = time.monotonic()
         moved = _OPERATIONS[task.op](io, task)
-        return {"start": start, "end": time.monotonic(), "bytes": moved, "generate_cpu_s": io.generate_cpu_s}
+        return {"start": start, "end": time.monotonic(), "bytes": moved, "payload_cpu_s": io.payload_cpu_s}
     except Exception as error:
         return {
             "error": f"{type(error).__name__}: {error}",
@@ -192,7 +193,7 @@ class RankPool:
         start = min(r["start"] for r in replies)
         timings = tuple(
             RankTiming(
-                rank, r["end"] - start, r["bytes"], len(plans[rank].files) if plans[rank] else 0, r["generate_cpu_s"]
+                rank, r["end"] - start, r["bytes"], len(plans[rank].files) if plans[rank] else 0, r["payload_cpu_s"]
             )
             for rank, r in enumerate(replies)
         )

@@ -48,6 +48,7 @@ class Options:
     rank_timeout_s: float = DEFAULT_RANK_TIMEOUT_S
     memory_budget_bytes: int | None = None
     seed: int | None = None
+    restore_checkpoints: int = 1
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class RunSettings:
     rank_timeout_s: float
     memory_budget_bytes: int
     seed: int
+    restore_checkpoints: int
 
     @property
     def scale(self) -> float:
@@ -89,6 +91,7 @@ class RunSettings:
             "rank_timeout_s": self.rank_timeout_s,
             "memory_budget_bytes": self.memory_budget_bytes,
             "seed": self.seed,
+            "restore_checkpoints": self.restore_checkpoints,
             "fsync": True,
             "direct_io": False,
         }
@@ -122,6 +125,12 @@ def resolve_settings(options: Options) -> RunSettings:
     checkpoints = _checkpoints_per_pass(options, thresholds, plan, space_at)
     passes = _pick(options.passes, run.passes, DEFAULT_PASSES)
     _at_least_one("--passes", passes)
+    _at_least_one("--restore-checkpoints", options.restore_checkpoints)
+    if options.restore_checkpoints > checkpoints:
+        raise SettingsError(
+            f"--restore-checkpoints {options.restore_checkpoints}: only {checkpoints} checkpoints "
+            f"are kept; restore at most that many"
+        )
     if not options.rank_timeout_s > 0:
         raise SettingsError(f"--rank-timeout {options.rank_timeout_s!r}: must be > 0 seconds, e.g. 600")
     budget = options.memory_budget_bytes or default_memory_budget()
@@ -146,6 +155,7 @@ def resolve_settings(options: Options) -> RunSettings:
         rank_timeout_s=options.rank_timeout_s,
         memory_budget_bytes=budget,
         seed=options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "little"),
+        restore_checkpoints=options.restore_checkpoints,
     )
 
 

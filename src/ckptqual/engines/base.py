@@ -10,7 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ckptqual.payload import PayloadGenerator
+from ckptqual.payload import Mismatch, PayloadGenerator, find_mismatches
 from ckptqual.plan import FilePlan
 
 DEFAULT_CHUNK_BYTES = 8 << 20
@@ -18,13 +18,16 @@ DEFAULT_CHUNK_BYTES = 8 << 20
 
 @dataclass
 class RankIO:
-    """What one rank needs to write or read its files: payload, identity, a reusable buffer, counters."""
+    """What one rank needs to write or read its files: payload, identity, a reusable buffer, counters.
+
+    `payload_cpu_s` is the CPU time spent making (writing) or checking (reading) payload.
+    """
 
     generator: PayloadGenerator
     rank: int
     checkpoint: int = 0
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
-    generate_cpu_s: float = 0.0
+    payload_cpu_s: float = 0.0
     generated_bytes: int = 0
 
     def __post_init__(self) -> None:
@@ -34,8 +37,16 @@ class RankIO:
         """Fills `out` with this rank's payload and counts the CPU time it took (not wall time: ranks share cores)."""
         start = time.thread_time()
         self.generator.fill(out, self.checkpoint, self.rank, file, tensor, offset)
-        self.generate_cpu_s += time.thread_time() - start
+        self.payload_cpu_s += time.thread_time() - start
         self.generated_bytes += out.nbytes
+
+    def verify(self, data: np.ndarray, file: int, tensor: int, offset: int) -> list[Mismatch]:
+        """The blocks of `data` (tensor bytes from `offset`) that differ from this rank's payload; CPU time counted."""
+        start = time.thread_time()
+        try:
+            return find_mismatches(self.generator, data, self.checkpoint, self.rank, file, tensor, offset)
+        finally:
+            self.payload_cpu_s += time.thread_time() - start
 
 
 class Engine(Protocol):

@@ -1,0 +1,23 @@
+"""Test-only pytest plugin: fills the target's filesystem just before a chosen test runs (a real ENOSPC).
+
+Set CKPTQUAL_BALLAST (a file path outside the target, on the same filesystem), CKPTQUAL_BALLAST_BEFORE (a test
+name) and CKPTQUAL_BALLAST_LEAVE_BYTES (free space to leave); load with `-p ballast`.
+"""
+
+import os
+import shutil
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    if item.name != os.environ["CKPTQUAL_BALLAST_BEFORE"]:
+        return
+    path = os.environ["CKPTQUAL_BALLAST"]
+    leave = int(os.environ["CKPTQUAL_BALLAST_LEAVE_BYTES"])
+    free = shutil.disk_usage(os.path.dirname(path)).free
+    with open(path, "wb") as ballast:
+        ballast.write(b"\xff" * max(0, free - leave))
+        ballast.flush()
+        os.fsync(ballast.fileno())

@@ -1,0 +1,240 @@
+"""Faults, for real: a full filesystem, an interrupted run, corrupted checkpoints, a failing read."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ckptqual.fill import FillCampaign, FillError
+from ckptqual.plan import CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.ranks import RankFailure, RankPool
+from ckptqual.restore import ReadBackError, _pread_exactly, evict_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 64 MiB tmpfs mounted inside the test's temporary directory."""
+    mount_point = tmp_path / "fs"
+    mount_point.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount_point)]).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=True)
+
+
+def two_rank_plan(megabytes: int) -> CheckpointPlan:
+    files = lambda rank: (  # noqa: E731
+        FilePlan(f"model-{rank}.pt", (TensorSpec("w", megabytes * 500_000, "float16"), TensorSpec("b", 3, "int8"))),
+        FilePlan(f"optim/optimizer-{rank}.pt", (TensorSpec("state", megabytes * 250_000, "float32"),)),
+    )
+    return CheckpointPlan("two-rank", (RankPlan(0, files(0)), RankPlan(1, files(1))))
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with RankPool(2, seed=4242, timeout_s=120) as ranks:
+        yield ranks
+
+
+def test_enospc_mid_pass_fails_it_and_removes_the_partial_checkpoint(small_filesystem, pool):
+    root = small_filesystem / "ckpts"
+    root.mkdir()
+    campaign = FillCampaign(root, two_rank_plan(12), pool, "stream", checkpoints_per_pass=3)  # 3 x 48 MB > 64 MiB
+    with pytest.raises(FillError, match=r"the target ran out of space \(ENOSPC\) in checkpoint 2: rank \d failed"):
+        campaign.run_pass(1)
+    assert sorted(p.name for p in root.iterdir()) == ["checkpoint-00000"]
+    with pytest.raises(FillError, match="not run: pass 1 failed: the target ran out of space"):
+        campaign.run_pass(2)
+
+
+def written_checkpoints(tmp_path, pool, count=2):
+    root = tmp_path / "ckpts"
+    root.mkdir()
+    plan = two_rank_plan(1)
+    campaign = FillCampaign(root, plan, pool, "stream", checkpoints_per_pass=count)
+    campaign.run_pass(1)
+    return plan, [directory for _, directory in campaign.retained]
+
+
+def read_back(pool, plan, directory, checkpoint):
+    evict_checkpoint(directory, plan)
+    return pool.run(
+        "read", directory, plan.ranks, f"restore of checkpoint {checkpoint}", checkpoint, {"engine": "stream"}
+    )
+
+
+def data_offset(path: Path, tensor: str) -> int:
+    from ckptqual.engines.torchread import read_table
+
+    return next(t.data_offset for t in read_table(path) if t.name == tensor)
+
+
+def test_an_intact_checkpoint_reads_back_verified(tmp_path, pool):
+    plan, (_, newest) = written_checkpoints(tmp_path, pool)
+    timing = read_back(pool, plan, newest, 1)
+    assert timing.bytes == plan.total_bytes
+
+
+def overwrite(path: Path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as file:
+        file.seek(offset)
+        file.write(data)
+
+
+@pytest.mark.parametrize(
+    ("damage", "found"),
+    [
+        ("flip", "corrupted bytes inside a block with a correct header"),
+        ("zeros", "zeros"),
+        ("stale", "stale data from checkpoint 0"),
+        ("other-rank", "a block from rank 1"),
+        ("garbage", "garbage (no payload header)"),
+    ],
+)
+def test_each_kind_of_damage_is_named_with_file_and_offset(tmp_path, pool, damage, found):
+    plan, (older, newest) = written_checkpoints(tmp_path, pool)
+    victim = newest / "model-0.pt"
+    offset = data_offset(victim, "w") + 3 * 4096
+    if damage == "flip":
+        original = victim.read_bytes()[offset + 100]
+        overwrite(victim, offset + 100, bytes([original ^ 0x10]))
+    elif damage == "zeros":
+        overwrite(victim, offset, bytes(4096))
+    elif damage == "stale":
+        overwrite(victim, offset, (older / "model-0.pt").read_bytes()[offset : offset + 4096])
+    elif damage == "other-rank":
+        donor = newest / "model-1.pt"
+        start = data_offset(donor, "w") + 3 * 4096
+        overwrite(victim, offset, donor.read_bytes()[start : start + 4096])
+    else:
+        overwrite(victim, offset, np.random.default_rng(1).bytes(4096))
+    with pytest.raises(RankFailure) as failure:
+        read_back(pool, plan, newest, 1)
+    message = str(failure.value)
+    assert "rank 0 failed during restore of checkpoint 1: IntegrityError" in message
+    assert f"{newest.name}/model-0.pt: tensor 'w' at file offset {offset}" in message
+    assert found in message
+
+
+def test_a_truncated_file_is_reported(tmp_path, pool):
+    plan, (_, newest) = written_checkpoints(tmp_path, pool)
+    victim = newest / "optim" / "optimizer-1.pt"
+    os.truncate(victim, victim.stat().st_size // 2)
+    with pytest.raises(RankFailure, match=r"rank 1 failed .*optimizer-1.pt"):
+        read_back(pool, plan, newest, 1)
+
+
+def test_an_io_error_on_read_back_names_file_and_offset(tmp_path):
+    directory_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)  # the kernel refuses to read it: EISDIR
+    try:
+        with pytest.raises(ReadBackError, match=r"ckpt.pt: I/O error at file offset 8192: Is a directory"):
+            _pread_exactly(directory_fd, np.empty(4096, np.uint8), 8192, tmp_path / "ckpt.pt")
+    finally:
+        os.close(directory_fd)
+
+
+SMALL = ["--workload", "llama3-8b", "--scale", "0.0002", "-p", "no:cacheprovider"]
+
+
+def suite(*args: str, env: dict | None = None, **popen) -> subprocess.Popen:
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(REPO / "tests_qual" / "test_fill.py"),
+        str(REPO / "tests_qual" / "test_restore.py"),
+        *SMALL,
+        *args,
+    ]
+    return subprocess.Popen(
+        command,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **popen,
+    )
+
+
+def test_enospc_in_a_qualification_run_fails_that_pass_and_the_reports_say_why(small_filesystem, tmp_path):
+    target = small_filesystem / "target"
+    target.mkdir()
+    ballast = small_filesystem / "ballast.bin"  # outside the target, in the test's own filesystem
+    env = {
+        "PYTHONPATH": str(REPO / "tests" / "fault_plugins"),
+        "CKPTQUAL_BALLAST": str(ballast),
+        "CKPTQUAL_BALLAST_BEFORE": "test_fill_pass[1]",
+        "CKPTQUAL_BALLAST_LEAVE_BYTES": str(16 << 20),
+    }
+    process = suite(
+        "-p",
+        "ballast",
+        "--target",
+        str(target),
+        "--scale",
+        "0.0001",
+        "--checkpoints-per-pass",
+        "2",
+        "--passes",
+        "2",
+        "--junitxml",
+        str(tmp_path / "q.xml"),
+        "--results",
+        str(tmp_path / "r.json"),
+        env=env,
+    )
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 1, output[-3000:]
+    failures = {
+        case.get("name"): case.find("failure").get("message")
+        for case in ElementTree.parse(tmp_path / "q.xml").iter("testcase")
+    }
+    assert "the target ran out of space (ENOSPC) in checkpoint" in failures["test_fill_pass[1]"]
+    assert "not run: pass 1 failed: the target ran out of space" in failures["test_fill_pass[2]"]
+    assert "not run: pass 1 failed" in failures["test_restore"]
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["removed"] is True and results["tests"]
+    assert list(target.iterdir()) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_stops_cleans_up_and_reports_what_finished(tmp_path, signum):
+    target = tmp_path / "target"
+    target.mkdir()
+    process = suite(
+        "--target",
+        str(target),
+        "--checkpoints-per-pass",
+        "50",
+        "--passes",
+        "1",
+        "--results",
+        str(tmp_path / "r.json"),
+        "--junitxml",
+        str(tmp_path / "q.xml"),
+    )
+    for line in process.stdout:
+        if "ckptqual: pass 1 checkpoint 2/50" in line:
+            break
+    process.send_signal(signum)
+    sent = time.monotonic()
+    output, _ = process.communicate(timeout=120)
+    assert time.monotonic() - sent < 60
+    assert process.returncode not in (0, 1), output[-2000:]
+    assert "KeyboardInterrupt" in output
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert len(results["checkpoints"]) >= 2 and results["removed"] is True
+    assert (tmp_path / "q.xml").exists()
+    assert list(target.iterdir()) == []
+    leftovers = subprocess.run(["pgrep", "-f", "ckptqual-rank"], capture_output=True, text=True).stdout.split()
+    assert leftovers == [] or all(not Path(f"/proc/{pid}").exists() for pid in leftovers)

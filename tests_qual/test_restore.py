@@ -1,0 +1,33 @@
+"""Restore (issue: read checkpoints back cold, as a job restarting from a failure would), every byte verified."""
+
+import pytest
+
+pytestmark = pytest.mark.qualification
+
+
+def test_restore(qualification, rounds_runner, benchmark, check):
+    """The newest checkpoints come back from the drive, byte for byte, within the drive's restore limit."""
+    newest = qualification.newest_checkpoints(qualification.settings.restore_checkpoints)
+    results = []
+
+    def restore_next() -> None:
+        checkpoint, directory = newest[len(results)]
+        results.append(qualification.restore(checkpoint, directory))
+
+    if rounds_runner is None:
+        for _ in newest:
+            restore_next()
+    else:
+        rounds_runner(restore_next, lambda: None, len(newest))
+    total_bytes = sum(r.bytes for r in results)
+    throughput = total_bytes / sum(r.seconds for r in results) / 1e9
+    benchmark.extra_info.update(
+        checkpoints=[r.checkpoint for r in results],
+        bytes=total_bytes,
+        throughput_GBps=throughput,
+        **qualification.settings.to_dict(),
+    )
+    invalid = [reason for r in results if (reason := r.invalid_reason())]
+    if invalid:
+        pytest.fail(f"restore invalid: {invalid[0]}", pytrace=False)
+    check([("restore_throughput", throughput, "GB/s")])
