@@ -97,8 +97,10 @@ def test_local_limits_are_relative():
     assert thresholds.sweep.transfers == ("gpu-direct", "cpu-gpu", "cpu-only")
     for limit in thresholds.limits:
         assert limit.unit == "ratio"
-    (fill,) = thresholds.limits_for("fill_throughput", {"pass": 1})
-    assert (fill.min, fill.relative_to, fill.marginal) == (0.1, "raw_write", 0.5)
+    (fresh,) = thresholds.limits_for("fill_throughput", {"pass": 1, "state": "fresh"})
+    assert (fresh.min, fresh.relative_to, fresh.marginal) == (0.05, "raw_write", 0.5)
+    (steady,) = thresholds.limits_for("fill_throughput", {"pass": 2, "state": "steady"})
+    assert (steady.min, steady.relative_to, steady.marginal) == (0.1, "raw_write", 0.5)
     (restore,) = thresholds.limits_for("restore_throughput", {"pass": 1})
     assert (restore.min, restore.relative_to) == (0.05, "raw_read")
     for threads in (16, 4, 1):
