@@ -5,10 +5,10 @@ import torch
 
 from ckptqual.engines import ENGINES
 from ckptqual.fill import (
+    CheckpointRecord,
     FillCampaign,
     FillError,
     PassResult,
-    CheckpointRecord,
     checkpoint_footprint_bytes,
     checkpoints_for_fraction,
     space_problem,

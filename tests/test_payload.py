@@ -6,7 +6,7 @@ import zlib
 import numpy as np
 import pytest
 
-from ckptqual.payload import BLOCK_BYTES, PayloadGenerator, classify, find_mismatches, read_header, BlockId
+from ckptqual.payload import BLOCK_BYTES, BlockId, PayloadGenerator, classify, find_mismatches, read_header
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +98,12 @@ def test_verification_says_what_was_found_instead(generator, make_wrong_block, e
 def test_classify_zeros_without_header():
     wanted = BlockId(1, 0, 0, 0, 0, 0)
     assert classify(np.zeros(100, np.uint8), wanted) == "zeros"
+
+
+def test_even_tiny_tensors_differ_from_one_another(generator):
+    tiny = [
+        generator.expected(8, checkpoint=1, rank=0, file=f, tensor=t, offset=0).tobytes()
+        for f in range(3)
+        for t in range(3)
+    ]
+    assert len(set(tiny)) == len(tiny)

@@ -1,7 +1,8 @@
 """Checkpoint payload: incompressible, unique per 4 KiB block, self-describing, cheap to make and verify.
 
 Each 4 KiB block of a tensor is a block of a random pool XORed with a 64-bit key drawn from the block's
-identity, with a 32-byte header at its start: magic, run seed, checkpoint, rank, file, tensor, offset.
+identity, with a 40-byte header at its start: the key itself (so that even a tensor of a few bytes is
+unique), magic, run seed, checkpoint, rank, file, tensor, offset.
 Making a block costs one memory pass; no fresh random bytes are drawn per checkpoint.
 """
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 BLOCK_BYTES = 4096
-HEADER_BYTES = 32
+HEADER_BYTES = 40
 POOL_BYTES = 8 << 20
 MAGIC = 0x31514B43  # b"CKQ1" little-endian
 
@@ -95,14 +96,15 @@ class PayloadGenerator:
             )
             done += take
             start = 0
-        header = blocks[:, :4].view(np.uint32)
+        blocks[:, 0] = keys
+        header = blocks[:, 1:4].view(np.uint32)
         header[:, 0] = MAGIC
         header[:, 1] = self.seed
         header[:, 2] = checkpoint
         header[:, 3] = rank
         header[:, 4] = file
         header[:, 5] = tensor
-        blocks[:, 3] = index * np.uint64(BLOCK_BYTES)
+        blocks[:, 4] = index * np.uint64(BLOCK_BYTES)
 
     def expected(self, size: int, checkpoint: int, rank: int, file: int, tensor: int, offset: int) -> np.ndarray:
         """A fresh buffer holding the payload of tensor bytes [offset, offset + size)."""
@@ -126,10 +128,10 @@ def read_header(block: np.ndarray) -> BlockId | None:
     """The identity in a block's header, or None if it has no payload header."""
     if block.nbytes < HEADER_BYTES:
         return None
-    words = block[:HEADER_BYTES].view(np.uint32)
+    words = block[8:32].view(np.uint32)
     if int(words[0]) != MAGIC:
         return None
-    offset = int(block[24:HEADER_BYTES].view(np.uint64)[0])
+    offset = int(block[32:HEADER_BYTES].view(np.uint64)[0])
     return BlockId(int(words[1]), int(words[2]), int(words[3]), int(words[4]), int(words[5]), offset)
 
 
