@@ -13,9 +13,10 @@ REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--workload", "llama3-8b", "--scale", "0.0003", "--checkpoints-per-pass", "2", "--passes", "2"]
 
 
-def run_suite(*args: str, tests: str = "tests_qual/test_fill.py", cwd: Path = REPO) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "pytest", str(REPO / tests), "-p", "no:cacheprovider", *args]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
+def run_suite(*args: str, tests: tuple[str, ...] = ("test_fill.py",)) -> subprocess.CompletedProcess:
+    paths = [str(REPO / "tests_qual" / name) for name in tests]
+    command = [sys.executable, "-m", "pytest", *paths, "-p", "no:cacheprovider", *args]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
 def lenient_drive(path: Path, name: str) -> Path:
@@ -56,6 +57,9 @@ def small_run(tmp_path_factory):
         "--benchmark-autosave",
         "--benchmark-storage",
         str(out / "benchmarks"),
+        "--restore-checkpoints",
+        "2",
+        tests=("test_fill.py", "test_restore.py"),
     )
     return result, out, target
 
@@ -76,7 +80,7 @@ def test_progress_and_summary_are_printed(small_run):
 def test_junit_carries_every_measurement_with_limit_and_unit(small_run):
     tree = ElementTree.parse(small_run[1] / "qual.xml")
     cases = {case.get("name"): case for case in tree.iter("testcase")}
-    assert set(cases) == {"test_fill_pass[1]", "test_fill_pass[2]"}
+    assert set(cases) == {"test_fill_pass[1]", "test_fill_pass[2]", "test_restore"}
     properties = {p.get("name"): p.get("value") for p in cases["test_fill_pass[2]"].iter("property")}
     assert properties["workload"] == "llama3-8b" and properties["engine"] == "stream"
     assert float(properties["scale"]) == 0.0003
@@ -100,13 +104,21 @@ def test_results_json_records_configuration_timings_and_outcomes(small_run):
     assert {m["measurement"] for m in data["measurements"]} >= {"fill_throughput", "fill_mean_checkpoint_throughput"}
     assert all(t["outcome"] == "passed" for t in data["tests"].values())
     assert data["removed"] is True and "torch" in data["environment"]["versions"]
+    assert [r["checkpoint"] for r in data["restore"]] == [2, 3]
+    assert all(r["cached_fraction_before"] < 0.05 and r["bytes"] == data["plan"]["total_bytes"] for r in data["restore"])
 
 
 def test_benchmarks_compare_across_runs_of_different_drives(small_run, tmp_path):
     _, out, _ = small_run
     other_drive = lenient_drive(tmp_path / "other-drive.toml", "other drive")
     second = run_suite(
-        *SMALL, "--drive", str(other_drive), "--benchmark-autosave", "--benchmark-storage", str(out / "benchmarks")
+        *SMALL,
+        "--drive",
+        str(other_drive),
+        "--benchmark-autosave",
+        "--benchmark-storage",
+        str(out / "benchmarks"),
+        tests=("test_fill.py", "test_restore.py"),
     )
     assert second.returncode == 0, second.stdout[-3000:]
     saved = sorted((out / "benchmarks").rglob("*.json"))
@@ -114,8 +126,9 @@ def test_benchmarks_compare_across_runs_of_different_drives(small_run, tmp_path)
     runs = [json.loads(path.read_text()) for path in saved]
     assert [r["machine_info"]["ckptqual"]["drive"] for r in runs] == ["lenient drive", "other drive"]
     names = [[b["name"] for b in r["benchmarks"]] for r in runs]
-    assert names[0] == names[1] == ["test_fill_pass[1]", "test_fill_pass[2]"]
-    assert runs[0]["benchmarks"][0]["stats"]["rounds"] == 2
+    assert sorted(names[0]) == sorted(names[1]) == ["test_fill_pass[1]", "test_fill_pass[2]", "test_restore"]
+    rounds = {b["name"]: b["stats"]["rounds"] for b in runs[0]["benchmarks"]}
+    assert rounds == {"test_fill_pass[1]": 2, "test_fill_pass[2]": 2, "test_restore": 2}
     assert runs[0]["benchmarks"][0]["extra_info"]["checkpoint_bytes"] > 0
     cli = [sys.executable, "-c", "from pytest_benchmark.cli import main; main()"]  # = the pytest-benchmark command
     compare = subprocess.run(

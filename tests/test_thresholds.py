@@ -110,7 +110,8 @@ def test_local_limits_are_relative():
         assert (sweep.min, sweep.relative_to) == (0.2, "raw_read")
     assert thresholds.limits_for("sweep_read_bandwidth", {"transfer": "gpu-direct", "block_size": "1M"}) == []
     (layout,) = thresholds.limits_for("layout_throughput_ratio", {"layout": "odd"})
-    assert layout.min == 0.3
+    assert (layout.min, layout.marginal) == (0.1, 0.5)
+    assert thresholds.layouts.max_total_bytes == 64 << 20
 
 
 def test_a_minimal_file_leaves_settings_unset(tmp_path):
@@ -171,6 +172,7 @@ def test_toml_syntax_error(tmp_path):
         (DRIVE + '[sweep]\ntransfers = ["gds"]\n', "sweep.transfers", "unknown transfer 'gds'"),
         (DRIVE + "[layouts]\nexamples = -1\n", "layouts.examples", "integer >= 0"),
         (DRIVE + "[layouts]\nseed = 0.5\n", "layouts.seed", "integer >= 0"),
+        (DRIVE + "[layouts]\nmax_total_bytes = 0\n", "layouts.max_total_bytes", "integer >= 1"),
         (DRIVE + "[limit]\nname = 'fill_throughput'\n", "limit:", "[[limit]]"),
     ],
 )

@@ -59,6 +59,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=1,
         help="how many of the newest checkpoints test_restore reads back (default: 1)",
     )
+    group.addoption("--layout-examples", type=int, help="odd shard layouts to try (default: drive file, else 5)")
+    group.addoption("--layout-seed", type=int, help="seed of the odd layouts (default: drive file, else 0)")
+    group.addoption("--layout-plan", type=Path, help="replay one layout from a plan file (printed on failure)")
 
 
 def _size_option(text: str) -> int:
@@ -101,6 +104,10 @@ def _options(config: pytest.Config) -> Options:
         rank_timeout_s=get("rank_timeout"),
         memory_budget_bytes=get("memory_budget"),
         seed=get("seed"),
+        restore_checkpoints=get("restore_checkpoints"),
+        layout_examples=get("layout_examples"),
+        layout_seed=get("layout_seed"),
+        layout_plan=get("layout_plan"),
     )
 
 

@@ -5,6 +5,7 @@ Knows nothing of pytest: the plugin hands it a `say` function for progress and r
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -13,6 +14,9 @@ from typing import Any
 
 from ckptqual.baseline import Baseline, measure_baseline
 from ckptqual.fill import CheckpointRecord, FillCampaign, PassResult
+from ckptqual.layouts import LayoutResult, run_layout
+from ckptqual.plan import CheckpointPlan
+from ckptqual.planfile import dump_plan
 from ckptqual.ranks import RankFailure, RankPool
 from ckptqual.restore import RestoreResult, evict_checkpoint
 from ckptqual.results import Judgement, RunRecord, judge
@@ -143,6 +147,25 @@ class Qualification:
         if not self.fill.retained:
             raise RestoreError("not run: no checkpoint has been written (run the fill passes first)")
         return list(self.fill.retained)[-count:]
+
+    def run_layout(self, plan: CheckpointPlan, example: int) -> LayoutResult:
+        """Writes, reads back and verifies one odd layout against its regular twin; records it."""
+        entry = {"example": example, "plan": json.loads(dump_plan(plan))}
+        self.record.data.setdefault("layouts", []).append(entry)
+        try:
+            result = run_layout(self.pool, self.target.run_dir / "layouts", plan, self.settings.engine, example)
+        except RankFailure as error:
+            entry["error"] = str(error)
+            self.record.save()
+            raise
+        entry.update(result.to_dict())
+        self.record.save()
+        self.say(
+            f"ckptqual: layout {example}: {result.files} files, {result.bytes / 1e6:,.1f} MB, "
+            f"{result.odd_GBps:.2f} GB/s vs regular {result.regular_GBps:.2f} GB/s (ratio {result.ratio:.2f}"
+            f"{'' if result.judged else ', too small to judge'}), read back and verified"
+        )
+        return result
 
     def judge(self, measurements: list[tuple[str, float, str]], context: Mapping[str, Any]) -> list[Judgement]:
         """Judges (name, value, unit) measurements against the drive's limits and records them."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from ckptqual.engines import ENGINES
 from ckptqual.fill import checkpoints_for_fraction, space_problem
 from ckptqual.plan import CheckpointPlan
+from ckptqual.planfile import load_plan
 from ckptqual.target import check_target
 from ckptqual.thresholds import Thresholds, load_thresholds
 from ckptqual.workloads import Workload, load_workload
@@ -24,6 +25,8 @@ DEFAULT_CHECKPOINTS_PER_PASS = 3
 DEFAULT_PASSES = 3
 DEFAULT_RANK_TIMEOUT_S = 600.0
 BASELINE_MAX_BYTES = 32 << 30
+DEFAULT_LAYOUT_EXAMPLES = 5
+DEFAULT_LAYOUT_MAX_BYTES = 64 << 20
 _MEMORY_SHARE = 0.5
 
 
@@ -49,6 +52,9 @@ class Options:
     memory_budget_bytes: int | None = None
     seed: int | None = None
     restore_checkpoints: int = 1
+    layout_examples: int | None = None
+    layout_seed: int | None = None
+    layout_plan: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,10 @@ class RunSettings:
     memory_budget_bytes: int
     seed: int
     restore_checkpoints: int
+    layout_examples: int
+    layout_seed: int
+    layout_max_total_bytes: int
+    layout_plan: CheckpointPlan | None
 
     @property
     def scale(self) -> float:
@@ -92,6 +102,10 @@ class RunSettings:
             "memory_budget_bytes": self.memory_budget_bytes,
             "seed": self.seed,
             "restore_checkpoints": self.restore_checkpoints,
+            "layout_examples": self.layout_examples,
+            "layout_seed": self.layout_seed,
+            "layout_max_total_bytes": self.layout_max_total_bytes,
+            "layout_plan": self.layout_plan.workload if self.layout_plan else None,
             "fsync": True,
             "direct_io": False,
         }
@@ -126,6 +140,9 @@ def resolve_settings(options: Options) -> RunSettings:
     passes = _pick(options.passes, run.passes, DEFAULT_PASSES)
     _at_least_one("--passes", passes)
     _at_least_one("--restore-checkpoints", options.restore_checkpoints)
+    examples = options.layout_examples
+    if examples is not None and (isinstance(examples, bool) or examples < 0):
+        raise SettingsError(f"--layout-examples {examples!r}: must be a whole number >= 0")
     if options.restore_checkpoints > checkpoints:
         raise SettingsError(
             f"--restore-checkpoints {options.restore_checkpoints}: only {checkpoints} checkpoints "
@@ -156,7 +173,27 @@ def resolve_settings(options: Options) -> RunSettings:
         memory_budget_bytes=budget,
         seed=options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "little"),
         restore_checkpoints=options.restore_checkpoints,
+        layout_examples=_pick(options.layout_examples, thresholds.layouts.examples, DEFAULT_LAYOUT_EXAMPLES),
+        layout_seed=_pick(options.layout_seed, thresholds.layouts.seed, 0),
+        layout_max_total_bytes=_pick(thresholds.layouts.max_total_bytes, DEFAULT_LAYOUT_MAX_BYTES),
+        layout_plan=_layout_plan(options.layout_plan, len(plan.ranks)),
     )
+
+
+def _layout_plan(path: Path | None, ranks: int) -> CheckpointPlan | None:
+    """The plan file given to replay one layout, validated; it may use at most the run's ranks."""
+    if path is None:
+        return None
+    try:
+        plan = load_plan(path)
+    except (OSError, ValueError) as error:
+        raise SettingsError(f"--layout-plan {path}: {error}") from error
+    if len(plan.ranks) > ranks:
+        raise SettingsError(
+            f"--layout-plan {path}: the layout has {len(plan.ranks)} ranks but the run has {ranks}; "
+            f"use a --workload with at least {len(plan.ranks)} ranks"
+        )
+    return plan
 
 
 def plan_baseline_bytes(plan: CheckpointPlan) -> int:

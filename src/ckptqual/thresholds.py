@@ -385,10 +385,11 @@ class SweepSettings:
 
 @dataclass(frozen=True)
 class LayoutSettings:
-    """How many odd checkpoint layouts Hypothesis tries, and from which seed."""
+    """How many odd checkpoint layouts Hypothesis tries, from which seed, and how large each may be."""
 
     examples: int | None = None
     seed: int | None = None
+    max_total_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -440,7 +441,7 @@ _SECTIONS = {
     "drive": ("name", "description", "capacity_bytes", "source"),
     "run": ("workload", "scale", "engine", "checkpoints_per_pass", "fill_fraction", "passes"),
     "sweep": ("block_sizes", "threads", "jobs", "batch", "file_bytes", "transfers"),
-    "layouts": ("examples", "seed"),
+    "layouts": ("examples", "seed", "max_total_bytes"),
 }
 _LIMIT_KEYS = ("name", "min", "max", "unit", "marginal", "where", "relative_to", "at_full_scale", "source")
 _UNIT_HINTS = {
@@ -485,7 +486,11 @@ def _sweep(table: _Table) -> SweepSettings:
 
 
 def _layouts(table: _Table) -> LayoutSettings:
-    return LayoutSettings(examples=table.get("examples", _integer(0)), seed=table.get("seed", _integer(0)))
+    return LayoutSettings(
+        examples=table.get("examples", _integer(0)),
+        seed=table.get("seed", _integer(0)),
+        max_total_bytes=table.get("max_total_bytes", _integer(1)),
+    )
 
 
 def _where(name: str) -> Converter:

@@ -1,0 +1,53 @@
+"""Odd shard layouts (Hypothesis): uneven splits, unaligned sizes, tiny and huge tensors come back intact, fast."""
+
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+
+from ckptqual.planfile import dump_plan
+from ckptqual.strategies import describe_plan, layouts, note_plan
+
+pytestmark = pytest.mark.qualification
+
+
+def test_shard_layouts(qualification, check):
+    """Each generated layout reads back byte for byte and keeps its throughput against a regular twin."""
+    run = qualification.settings
+    results = []
+
+    def write_read_verify(plan):
+        results.append((plan, qualification.run_layout(plan, len(results))))
+
+    def generated(plan):
+        note_plan(plan)  # on failure, Hypothesis prints the layout and the plan file that reproduces it
+        write_read_verify(plan)
+
+    if run.layout_plan is not None:
+        write_read_verify(run.layout_plan)
+    else:
+        strategy = layouts(max_total_bytes=run.layout_max_total_bytes, max_ranks=len(run.plan.ranks), max_files=64)
+        hypothesis_settings = settings(
+            max_examples=run.layout_examples,
+            database=None,
+            deadline=None,
+            print_blob=True,
+            suppress_health_check=list(HealthCheck),
+        )
+        hypothesis_settings(seed(run.layout_seed)(given(strategy)(generated)))()
+    judged = [(plan, result) for plan, result in results if result.judged]
+    if not judged:
+        pytest.fail(
+            f"none of the {len(results)} layouts had 16 MiB or more: nothing to judge; raise --layout-examples",
+            pytrace=False,
+        )
+    worst_plan, worst = min(judged, key=lambda pair: pair[1].ratio)
+    qualification.say(
+        f"ckptqual: slowest layout {worst.example} (ratio {worst.ratio:.2f}): {describe_plan(worst_plan)}"
+        f"\nckptqual: to replay it, save this plan to a file and pass --layout-plan FILE:\n"
+        f"{dump_plan(worst_plan)}"
+    )
+    check(
+        [("layout_throughput_ratio", worst.ratio, "ratio")],
+        example=worst.example,
+        examples=len(results),
+        seed=run.layout_seed,
+    )
