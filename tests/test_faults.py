@@ -238,3 +238,15 @@ def test_an_interrupted_run_stops_cleans_up_and_reports_what_finished(tmp_path, 
     assert list(target.iterdir()) == []
     leftovers = subprocess.run(["pgrep", "-f", "ckptqual-rank"], capture_output=True, text=True).stdout.split()
     assert leftovers == [] or all(not Path(f"/proc/{pid}").exists() for pid in leftovers)
+
+
+def restore_result(seconds: float, payload_GBps: float, cached: float = 0.0):
+    from ckptqual.restore import RestoreResult
+
+    return RestoreResult(1, 2_000_000_000, seconds, seconds / 2, cached, payload_GBps, [])
+
+
+def test_a_restore_served_from_cache_or_bound_by_checking_is_invalid():
+    assert restore_result(1.0, 10.0).invalid_reason() is None
+    assert "still in the page cache" in restore_result(1.0, 10.0, cached=0.5).invalid_reason()
+    assert "verification was the bottleneck" in restore_result(1.0, 2.5).invalid_reason()

@@ -49,10 +49,14 @@ def test_space_check_says_needed_available_and_how_to_fit():
     plan = load_workload("llama3.1-405b-review").plan()
     assert space_problem(plan, 3, 10 * plan.total_bytes) is None
     message = space_problem(plan, 33, 20 * plan.total_bytes)
-    assert "needs 53,981.04 GB" in message and "32,715.54 GB free" in message
-    assert "--checkpoints-per-pass 19" in message and "--scale" in message
-    tiny = space_problem(plan, 3, 1 << 30)
-    assert "--scale" in tiny and "--checkpoints-per-pass" not in tiny
+    assert "needs 53,981.044 GB (33 checkpoints of 1,635.789 GB + 0.008 GB reserve)" in message
+    assert "32,715.538 GB free" in message
+    assert "--checkpoints-per-pass 19" in message and "--scale 0.576" in message
+    beside = space_problem(plan, 33, 20 * plan.total_bytes, plan.total_bytes, "for the odd layouts")
+    assert "+ 1,635.777 GB for the odd layouts" in beside and "--checkpoints-per-pass 18" in beside
+    tiny = space_problem(plan, 3, 1 << 30, extra_bytes=32 << 30)
+    assert "1.074 GB free; use --scale 0.000" in tiny and "--checkpoints-per-pass" not in tiny
+    assert "use a larger target" in space_problem(plan, 3, 1 << 20)
 
 
 def record(seconds: float, nbytes: int, generated: float = 100.0) -> CheckpointRecord:

@@ -71,7 +71,7 @@ def test_the_same_seed_gives_the_same_layouts():
 def test_a_bad_or_too_wide_layout_plan_is_a_usage_error(tmp_path):
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
-    with pytest.raises(SettingsError, match="--layout-plan .*broken.json"):
+    with pytest.raises(SettingsError, match=r"--layout-plan .*broken.json"):
         resolve_settings(Options(layout_plan=broken))
     wide = save_plan(CheckpointPlan("wide", tuple(RankPlan(r, ()) for r in range(9))), tmp_path / "wide.json")
     with pytest.raises(SettingsError, match="the layout has 9 ranks but the run has 8"):

@@ -1,6 +1,7 @@
 """The qualification suite end to end, as a user runs it: pytest tests_qual with options, in a subprocess."""
 
 import json
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
@@ -16,7 +17,12 @@ SMALL = ["--workload", "llama3-8b", "--scale", "0.0003", "--checkpoints-per-pass
 def run_suite(*args: str, tests: tuple[str, ...] = ("test_fill.py",)) -> subprocess.CompletedProcess:
     paths = [str(REPO / "tests_qual" / name) for name in tests]
     command = [sys.executable, "-m", "pytest", *paths, "-p", "no:cacheprovider", *args]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, cwd=REPO, env=user_environment(), capture_output=True, text=True, timeout=600)
+
+
+def user_environment() -> dict[str, str]:
+    """This environment without pytest-xdist's worker variables (pytest-benchmark turns itself off under them)."""
+    return {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_XDIST")}
 
 
 def lenient_drive(path: Path, name: str) -> Path:
@@ -105,7 +111,9 @@ def test_results_json_records_configuration_timings_and_outcomes(small_run):
     assert all(t["outcome"] == "passed" for t in data["tests"].values())
     assert data["removed"] is True and "torch" in data["environment"]["versions"]
     assert [r["checkpoint"] for r in data["restore"]] == [2, 3]
-    assert all(r["cached_fraction_before"] < 0.05 and r["bytes"] == data["plan"]["total_bytes"] for r in data["restore"])
+    assert all(
+        r["cached_fraction_before"] < 0.05 and r["bytes"] == data["plan"]["total_bytes"] for r in data["restore"]
+    )
 
 
 def test_benchmarks_compare_across_runs_of_different_drives(small_run, tmp_path):

@@ -56,7 +56,7 @@ def test_a_rank_that_hangs_fails_within_the_timeout_and_is_stopped(tmp_path):
 def test_a_rank_error_names_the_rank_and_the_cause(tmp_path):
     clash = (FilePlan("a", (TensorSpec("t", 1, "int8"),)), FilePlan("a/b.pt", (TensorSpec("t", 1, "int8"),)))
     with RankPool(2, seed=1, timeout_s=60) as pool:
-        with pytest.raises(RankFailure, match="rank 1 failed during checkpoint 0: .*Error"):
+        with pytest.raises(RankFailure, match=r"rank 1 failed during checkpoint 0: .*Error"):
             pool.write_checkpoint(tmp_path, 0, (RankPlan(0, ()), RankPlan(1, clash)), "stream")
         again = pool.write_checkpoint(tmp_path / "..", 1, (RankPlan(0, ()), RankPlan(1, ())), "stream")
     assert again.bytes == 0

@@ -324,20 +324,22 @@ def test_value_in_a_unit_of_another_kind_is_refused():
         min_limit().evaluate(3.0, "s")
 
 
-def test_relative_limit_divides_by_the_baseline_in_the_same_unit():
+def test_relative_limit_divides_by_the_baseline_given_in_bytes_per_second():
     limit = Limit("fill_throughput", "ratio", "s", min=0.25, relative_to="raw_write", marginal=0.2)
-    verdict = limit.evaluate(0.55, "GB/s", baselines={"raw_write": 2.0, "raw_read": 0.1})
+    verdict = limit.evaluate(0.55, "GB/s", baselines={"raw_write": 2e9, "raw_read": 1e8})
     assert verdict.measured == pytest.approx(0.275)
     assert verdict.outcome is Outcome.MARGINAL  # 0.25 <= 0.275 < 0.25 * 1.2
     assert verdict.unit == "ratio"
     assert "0.55 GB/s / raw_write 2 GB/s" in verdict.message
-    assert limit.evaluate(0.4, "GB/s", baselines={"raw_write": 2.0}).outcome is Outcome.FAIL
-    assert limit.evaluate(0.7, "GiB/s", baselines={"raw_write": 2.0}).outcome is Outcome.PASS
+    assert limit.evaluate(0.4, "GB/s", baselines={"raw_write": 2e9}).outcome is Outcome.FAIL
+    gib = limit.evaluate(0.5, "GiB/s", baselines={"raw_write": 2e9})
+    assert gib.measured == pytest.approx(0.5 * 2**30 / 2e9)  # units converted, not just divided
+    assert "0.5 GiB/s / raw_write 1.863 GiB/s" in gib.message
 
 
 def test_relative_limit_without_its_baseline_says_which():
     limit = Limit("restore_throughput", "ratio", "s", min=0.25, relative_to="raw_read")
-    for baselines in (None, {"raw_write": 2.0}):
+    for baselines in (None, {"raw_write": 2e9}):
         with pytest.raises(MissingBaselineError, match=r"relative to raw_read.*baselines="):
             limit.evaluate(1.0, "GB/s", baselines=baselines)
     with pytest.raises(ValueError, match="must be > 0"):

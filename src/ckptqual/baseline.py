@@ -32,8 +32,8 @@ class Baseline:
         return statistics.median(self.read_GBps)
 
     def as_baselines(self) -> dict[str, float]:
-        """The values that limits with `relative_to` refer to, in GB/s."""
-        return {"raw_write": self.raw_write_GBps, "raw_read": self.raw_read_GBps}
+        """The values that limits with `relative_to` refer to, in bytes per second."""
+        return {"raw_write": self.raw_write_GBps * 1e9, "raw_read": self.raw_read_GBps * 1e9}
 
     def to_dict(self) -> dict:
         return {

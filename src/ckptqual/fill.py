@@ -127,28 +127,28 @@ def checkpoints_for_fraction(plan: CheckpointPlan, capacity_bytes: int, fraction
     return max(1, int(capacity_bytes * fraction // checkpoint_footprint_bytes(plan)))
 
 
-def space_problem(plan: CheckpointPlan, checkpoints: int, free_bytes: int) -> str | None:
-    """Why `checkpoints` checkpoints of `plan` do not fit in `free_bytes`, with how to make them fit."""
+def space_problem(
+    plan: CheckpointPlan, checkpoints: int, free_bytes: int, extra_bytes: int = 0, extra_label: str = "other files"
+) -> str | None:
+    """Why `checkpoints` checkpoints of `plan`, plus `extra_bytes` written beside them, do not fit in
+    `free_bytes`, with how to make them fit."""
     per_checkpoint = checkpoint_footprint_bytes(plan)
-    needed = checkpoints * per_checkpoint + RESERVE_BYTES
+    needed = checkpoints * per_checkpoint + extra_bytes + RESERVE_BYTES
     if needed <= free_bytes:
         return None
     usable = max(0, free_bytes - RESERVE_BYTES)
-    fitting = usable // per_checkpoint
-    scale_hint = plan.scale * usable / (checkpoints * per_checkpoint) * 0.95
-    if scale_hint <= 0:
-        return (
-            f"the fill needs {needed / 1e9:,.3f} GB but the target has {free_bytes / 1e9:,.3f} GB free; "
-            f"use a larger target"
-        )
-    return (
-        f"the fill needs {needed / 1e9:,.2f} GB ({checkpoints} checkpoints of {per_checkpoint / 1e9:,.2f} GB "
-        f"+ {RESERVE_BYTES / 1e9:.3f} GB reserve) but the target has {free_bytes / 1e9:,.2f} GB free; "
-        f"use --checkpoints-per-pass {fitting} or --scale {scale_hint:.3g}"
-        if fitting
-        else f"the fill needs {needed / 1e9:,.2f} GB but the target has {free_bytes / 1e9:,.2f} GB free; "
-        f"use --scale {scale_hint:.3g} or a larger target"
+    fitting = max(0, usable - extra_bytes) // per_checkpoint
+    scale_hint = plan.scale * usable / (needed - RESERVE_BYTES) * 0.95  # everything shrinks with the scale
+    summary = (
+        f"the fill needs {needed / 1e9:,.3f} GB ({checkpoints} checkpoints of {per_checkpoint / 1e9:,.3f} GB"
+        + (f" + {extra_bytes / 1e9:,.3f} GB {extra_label}" if extra_bytes else "")
+        + f" + {RESERVE_BYTES / 1e9:.3f} GB reserve) but the target has {free_bytes / 1e9:,.3f} GB free"
     )
+    if scale_hint <= 0:
+        return f"{summary}; use a larger target"
+    if fitting:
+        return f"{summary}; use --checkpoints-per-pass {fitting} or --scale {scale_hint:.3g}"
+    return f"{summary}; use --scale {scale_hint:.3g} or a larger target"
 
 
 class FillCampaign:

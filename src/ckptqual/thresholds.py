@@ -290,8 +290,8 @@ class Limit:
         scale: float = 1.0,
         context: Mapping[str, Any] | None = None,
     ) -> Verdict:
-        """Judge `value` in `unit`; a relative limit divides it by `baselines[relative_to]` in that same unit,
-        an at_full_scale bound is multiplied by `scale`. `context` only labels the message."""
+        """Judge `value` in `unit`; a relative limit divides it by `baselines[relative_to]`, given in bytes per
+        second (B/s); an at_full_scale bound is multiplied by `scale`. `context` only labels the message."""
         measured, basis = self._measured(value, unit, baselines)
         bound, scaling = self._scaled_bound(scale)
         outcome = self._outcome(measured, bound)
@@ -317,8 +317,9 @@ class Limit:
             )
         if not (math.isfinite(baseline) and baseline > 0):
             raise ValueError(f"{self.measurement}: baseline {self.relative_to} must be > 0, got {baseline!r}")
-        basis = f"{_number_text(value)} {unit} / {self.relative_to} {_number_text(baseline)} {unit}"
-        return value / baseline, basis
+        baseline_in_unit = to_unit(baseline, "B/s", unit)
+        basis = f"{_number_text(value)} {unit} / {self.relative_to} {_number_text(baseline_in_unit)} {unit}"
+        return to_unit(value, unit, "B/s") / baseline, basis
 
     def _scaled_bound(self, scale: float) -> tuple[float, str]:
         if not self.at_full_scale:

@@ -32,6 +32,7 @@ class RankIO:
 
     def __post_init__(self) -> None:
         self.buffer = np.empty(self.chunk_bytes, dtype=np.uint8)
+        self._expected = np.empty(0, dtype=np.uint8)
 
     def generate(self, out: np.ndarray, file: int, tensor: int, offset: int) -> None:
         """Fills `out` with this rank's payload and counts the CPU time it took (not wall time: ranks share cores)."""
@@ -43,8 +44,12 @@ class RankIO:
     def verify(self, data: np.ndarray, file: int, tensor: int, offset: int) -> list[Mismatch]:
         """The blocks of `data` (tensor bytes from `offset`) that differ from this rank's payload; CPU time counted."""
         start = time.thread_time()
+        if self._expected.nbytes < data.nbytes:  # grows to the largest piece checked, then is reused
+            self._expected = np.empty(max(data.nbytes, self.chunk_bytes), dtype=np.uint8)
         try:
-            return find_mismatches(self.generator, data, self.checkpoint, self.rank, file, tensor, offset)
+            return find_mismatches(
+                self.generator, data, self.checkpoint, self.rank, file, tensor, offset, scratch=self._expected
+            )
         finally:
             self.payload_cpu_s += time.thread_time() - start
 

@@ -1,0 +1,70 @@
+"""The sweep's data files: one per job, written once (untimed) with ckptqual's payload, evicted before each cell.
+
+Every 4 KiB block carries the payload's self-describing header (checkpoint field = SWEEP_CHECKPOINT, rank and
+file = the job), so a block read back can be checked against what was written at that offset.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ckptqual import cache
+from ckptqual.payload import PayloadGenerator, find_mismatches
+
+SWEEP_CHECKPOINT = 0xFFFFFFFF  # marks sweep data in the payload header; fill checkpoints count from 0
+_CHUNK_BYTES = 8 << 20
+
+
+class DataMismatch(RuntimeError):
+    """A block read back is not the block written there."""
+
+
+class SweepFiles:
+    """`jobs` files of `file_bytes` in `directory`, which this object creates and removes."""
+
+    def __init__(self, directory: Path, jobs: int, file_bytes: int, seed: int) -> None:
+        self.directory, self.jobs, self.file_bytes = directory, jobs, file_bytes
+        self.paths = [directory / f"sweep-job{job:03d}.bin" for job in range(jobs)]
+        self._payload = PayloadGenerator(seed)
+        self.written = False
+
+    def write(self, progress: Callable[[int], None] | None = None) -> None:
+        """Writes every file with its payload, fsyncs it and drops it from the page cache."""
+        self.directory.mkdir(exist_ok=True)
+        chunk = np.empty(min(_CHUNK_BYTES, self.file_bytes), dtype=np.uint8)
+        for job, path in enumerate(self.paths):
+            with open(path, "wb", buffering=0) as file:
+                for offset in range(0, self.file_bytes, chunk.nbytes):
+                    part = chunk[: min(chunk.nbytes, self.file_bytes - offset)]
+                    self._payload.fill(part, SWEEP_CHECKPOINT, job, job, 0, offset)
+                    file.write(part)
+                os.fsync(file.fileno())
+            cache.evict(path)
+            if progress is not None:
+                progress(job + 1)
+        self.written = True
+
+    def evict(self) -> None:
+        for path in self.paths:
+            cache.evict(path)
+
+    def cached_fraction(self) -> float:
+        return cache.cached_fraction(self.paths)
+
+    def check(self, job: int, offset: int, data: np.ndarray) -> None:
+        """Raises DataMismatch unless `data` is what job `job`'s file holds at `offset`."""
+        bad = find_mismatches(self._payload, np.asarray(data), SWEEP_CHECKPOINT, job, job, 0, offset, limit=1)
+        if bad:
+            raise DataMismatch(f"{self.paths[job].name}: block read at offset {offset} holds {bad[0].describe()}")
+
+    def remove(self) -> None:
+        """Removes the files (those that exist) and the directory once empty."""
+        for path in self.paths:
+            path.unlink(missing_ok=True)
+        if self.directory.is_dir() and not any(self.directory.iterdir()):
+            self.directory.rmdir()
+        self.written = False

@@ -1,0 +1,20 @@
+"""The read sweep (REFERENCE sections 1 and 4): gdsio's block size x thread count matrix, cold reads, per transfer.
+
+Runs after the fill passes (this file sorts after test_fill.py), on files of its own inside the run directory.
+"""
+
+import pytest
+
+pytestmark = pytest.mark.qualification
+
+
+def test_read_sweep(sweep_cell, sweep, sweep_runner, sweep_check, benchmark):
+    """One cell reads its blocks from the drive, not the page cache, at or above the drive's limit for the cell;
+    a transfer type this host cannot run is skipped with the reason, and a GPU Direct run that fell back to
+    POSIX fails as INVALID."""
+    reason = sweep.cannot_run(sweep_cell)
+    if reason:
+        pytest.skip(reason)
+    result = sweep.measure(sweep_cell, runner=sweep_runner)
+    benchmark.extra_info.update(result.extra_info())
+    sweep_check(result)
