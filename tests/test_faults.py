@@ -21,14 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def small_filesystem(tmp_path):
+def small_filesystem(tmpfs):
     """A 64 MiB tmpfs mounted inside the test's temporary directory."""
-    mount_point = tmp_path / "fs"
-    mount_point.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount_point)]).returncode:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    yield mount_point
-    subprocess.run(["umount", "-l", str(mount_point)], check=True)
+    return tmpfs("size=64m")
 
 
 def two_rank_plan(megabytes: int) -> CheckpointPlan:

@@ -200,3 +200,14 @@ def test_a_target_with_foreign_files_is_refused_and_left_byte_for_byte(tmp_path)
     assert "holds 1 entry ckptqual did not create (precious.ckpt); give an empty directory" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["precious.ckpt"]
     assert precious.read_bytes() == b"\x00\x01" * 5000
+
+
+def test_odd_layouts_that_would_not_fit_beside_the_fill_are_refused_up_front(tmpfs):
+    target = tmpfs("size=100m")
+    result = run_suite(
+        "--workload", "llama3-8b", "--scale", "0.0001", "--target", str(target), tests=("test_shard_layouts.py",)
+    )
+    assert result.returncode == 4
+    assert "0.134 GB for the odd layouts) but the target has 0.105 GB free" in result.stderr
+    assert "use a larger target, or a drive file with a smaller [layouts] max_total_bytes" in result.stderr
+    assert list(target.iterdir()) == []

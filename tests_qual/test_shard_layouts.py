@@ -4,12 +4,12 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
 from ckptqual.planfile import dump_plan
-from ckptqual.strategies import describe_plan, layouts, note_plan
+from ckptqual.strategies import describe_plan, note_plan
 
 pytestmark = pytest.mark.qualification
 
 
-def test_shard_layouts(qualification, check):
+def test_shard_layouts(qualification, layout_strategy, check):
     """Each generated layout reads back byte for byte and keeps its throughput against a regular twin."""
     run = qualification.settings
     results = []
@@ -24,7 +24,6 @@ def test_shard_layouts(qualification, check):
     if run.layout_plan is not None:
         write_read_verify(run.layout_plan)
     else:
-        strategy = layouts(max_total_bytes=run.layout_max_total_bytes, max_ranks=len(run.plan.ranks), max_files=64)
         hypothesis_settings = settings(
             max_examples=run.layout_examples,
             database=None,
@@ -32,7 +31,7 @@ def test_shard_layouts(qualification, check):
             print_blob=True,
             suppress_health_check=list(HealthCheck),
         )
-        hypothesis_settings(seed(run.layout_seed)(given(strategy)(generated)))()
+        hypothesis_settings(seed(run.layout_seed)(given(layout_strategy)(generated)))()
     judged = [(plan, result) for plan, result in results if result.judged]
     if not judged:
         pytest.fail(

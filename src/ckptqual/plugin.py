@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from ckptqual.fill import RESERVE_BYTES, checkpoint_footprint_bytes
 from ckptqual.qualification import Qualification
 from ckptqual.results import Judgement, failures
 from ckptqual.settings import Options, RunSettings, SettingsError, resolve_settings
+from ckptqual.strategies import layouts
 from ckptqual.summary import summary_lines
 from ckptqual.thresholds import Outcome, parse_size
 
@@ -122,9 +126,36 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     if any(item.get_closest_marker(MARK) for item in items):
-        settings(config)
+        run = settings(config)
+        if any("layout_strategy" in getattr(item, "fixturenames", ()) for item in items):
+            _check_layout_space(run)
         if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):
             raise pytest.UsageError("the qualification runs its own rank processes; run it without -n")
+
+
+def _check_layout_space(run: RunSettings) -> None:
+    """An odd layout and its regular twin are written beside the fill's kept checkpoints; they must fit too."""
+    where = run.target if run.target is not None else Path(tempfile.gettempdir())
+    free = shutil.disk_usage(where).free
+    layouts_bytes = 2 * run.layout_max_total_bytes
+    per_checkpoint = checkpoint_footprint_bytes(run.plan)
+    needed = run.checkpoints_per_pass * per_checkpoint + layouts_bytes + RESERVE_BYTES
+    if needed > free:
+        fitting = max(0, free - layouts_bytes - RESERVE_BYTES) // per_checkpoint
+        fix = f"--checkpoints-per-pass {fitting}" if fitting else "a larger target"
+        raise pytest.UsageError(
+            f"--target {where}: the fill and the odd layouts need {needed / 1e9:,.3f} GB ({run.checkpoints_per_pass} "
+            f"checkpoints of {per_checkpoint / 1e9:,.3f} GB + {layouts_bytes / 1e9:,.3f} GB for the odd layouts) but "
+            f"the target has {free / 1e9:,.3f} GB free; use {fix}, or a drive file with a smaller [layouts] "
+            f"max_total_bytes"
+        )
+
+
+@pytest.fixture
+def layout_strategy(qualification: Qualification):
+    """The Hypothesis strategy of this run's odd layouts: at most the run's ranks and the drive file's size."""
+    run = qualification.settings
+    return layouts(max_total_bytes=run.layout_max_total_bytes, max_ranks=len(run.plan.ranks), max_files=64)
 
 
 @pytest.fixture(scope="session")
