@@ -59,9 +59,7 @@ def test_torch_save_refuses_files_over_the_memory_budget_up_front():
 
 
 def test_full_scale_review_on_stream_needs_no_memory_but_space(tmp_path):
-    expected = (
-        r"the fill needs 4,907.\d+ GB \(3 checkpoints of 1,635.789 GB \+ 0.134 GB for the odd layouts .* use --scale"
-    )
+    expected = r"the fill needs 4,907.\d+ GB \(3 checkpoints of 1,635.789 GB \+ 0.008 GB reserve\) .* use --scale"
     with pytest.raises(SettingsError, match=expected):
         resolve(scale=1.0, target=tmp_path)
 
