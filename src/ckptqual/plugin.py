@@ -6,7 +6,7 @@ import shutil
 import signal
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -245,29 +245,18 @@ def _record(record_property: Callable[[str, object], None], judgement: Judgement
         record_property(f"{name}.judged", f"{judgement.verdict.measured:.6g} {judgement.verdict.unit}")
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    qual = _current(report)
-    if qual is None or (report.when != "call" and report.passed):
-        return
-    entry = qual.record.data["tests"].setdefault(report.nodeid, {})
-    if report.when == "call" or report.failed or report.skipped:
-        entry.update(
-            outcome=report.outcome, when=report.when, message=str(report.longrepr)[-2000:] if report.longrepr else ""
-        )
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Records each qualification test's outcome (and why, when it did not pass) in the results JSON."""
+    report = yield
+    qual = item.config.stash.get(_QUALIFICATION, None)
+    if qual is not None and (report.when == "call" or not report.passed):
+        message = str(report.longrepr)[-2000:] if report.longrepr else ""
+        qual.record.data["tests"][report.nodeid] = {"outcome": report.outcome, "when": report.when, "message": message}
         qual.record.save()
-
-
-_SESSION_CONFIG: list[pytest.Config] = []
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _SESSION_CONFIG[:] = [session.config]
-
-
-def _current(report: pytest.TestReport) -> Qualification | None:
-    if not _SESSION_CONFIG:
-        return None
-    return _SESSION_CONFIG[0].stash.get(_QUALIFICATION, None)
+    return report
 
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
