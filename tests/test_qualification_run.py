@@ -94,6 +94,8 @@ def test_junit_carries_every_measurement_with_limit_and_unit(small_run):
     assert properties["fill_throughput.limit"] == ">= 0.001 of raw_write"
     assert properties["fill_throughput.outcome"] == "PASS"
     assert properties["fill_checkpoint_seconds_max.outcome"] == "MEASURED"
+    assert properties["fill_steady_state"] == "NOT_STEADY"
+    assert properties["fill_steady_state.reason"] == "needs 5 rounds, got 2"  # pass 2 of 2 checkpoints
 
 
 def test_results_json_records_configuration_timings_and_outcomes(small_run):
@@ -104,6 +106,7 @@ def test_results_json_records_configuration_timings_and_outcomes(small_run):
     assert max(data["baseline"]["cached_fraction_before_read"]) < 0.05
     assert [p["pass"] for p in data["passes"]] == [1, 2]
     assert [p["checkpoints"] for p in data["passes"]] == [[0, 1], [2, 3]]
+    assert data["steady_state"]["2"]["reached"] is False and data["steady_state"]["2"]["rounds"] == 2
     checkpoint = data["checkpoints"][2]
     assert checkpoint["pass_number"] == 2 and checkpoint["removed_before"] == 0 and len(checkpoint["ranks"]) == 8
     assert checkpoint["seconds"] == max(r["done_s"] for r in checkpoint["ranks"])
@@ -211,3 +214,25 @@ def test_odd_layouts_that_would_not_fit_beside_the_fill_are_refused_up_front(tmp
     assert "0.134 GB for the odd layouts) but the target has 0.105 GB free" in result.stderr
     assert "use a larger target, or a drive file with a smaller [layouts] max_total_bytes" in result.stderr
     assert list(target.iterdir()) == []
+
+
+def test_a_drive_file_that_requires_steady_state_fails_a_run_that_cannot_show_it(tmp_path):
+    strict = lenient_drive(tmp_path / "steady.toml", "steady drive")
+    strict.write_text(strict.read_text().replace("[run]\n", "[run]\nrequire_steady_state = true\n", 1))
+    result = run_suite(
+        "--workload",
+        "llama3-8b",
+        "--scale",
+        "0.0001",
+        "--passes",
+        "1",
+        "--checkpoints-per-pass",
+        "1",
+        "--drive",
+        str(strict),
+        "--junitxml",
+        str(tmp_path / "q.xml"),
+    )
+    assert result.returncode == 1
+    failure = next(ElementTree.parse(tmp_path / "q.xml").iter("failure")).get("message")
+    assert "pass 1 NOT_STEADY (SNIA rule, required by the drive file): a single pass has no steady-state" in failure

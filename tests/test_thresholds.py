@@ -66,6 +66,7 @@ def test_review_limits_carry_a_ten_percent_margin(
 ):
     thresholds = load_thresholds(name)
     assert thresholds.run.checkpoints_per_pass == per_pass
+    assert thresholds.run.require_steady_state is True
     assert thresholds.run.scale == 1.0
     assert thresholds.sweep.jobs == thresholds.sweep.batch == 16
     assert thresholds.sweep.threads == (128, 64, 32, 16, 8, 4, 1)
@@ -173,6 +174,7 @@ def test_toml_syntax_error(tmp_path):
         (DRIVE + "[layouts]\nexamples = -1\n", "layouts.examples", "integer >= 0"),
         (DRIVE + "[layouts]\nseed = 0.5\n", "layouts.seed", "integer >= 0"),
         (DRIVE + "[layouts]\nmax_total_bytes = 0\n", "layouts.max_total_bytes", "integer >= 1"),
+        (DRIVE + "[run]\nrequire_steady_state = 1\n", "run.require_steady_state", "true or false"),
         (DRIVE + "[limit]\nname = 'fill_throughput'\n", "limit:", "[[limit]]"),
     ],
 )

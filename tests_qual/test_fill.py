@@ -7,8 +7,9 @@ from ckptqual.qualification import fill_measurements
 pytestmark = pytest.mark.qualification
 
 
-def test_fill_pass(fill_pass, qualification, rounds_runner, benchmark, check):
-    """Pass N writes its checkpoints with all ranks at once, within the drive's limits for that pass."""
+def test_fill_pass(fill_pass, qualification, rounds_runner, benchmark, check, record_property):
+    """Pass N writes its checkpoints with all ranks at once, within the drive's limits for that pass; the last
+    pass reaches the SNIA steady state where the drive file requires it."""
     result = qualification.run_pass(fill_pass, runner=rounds_runner)
     benchmark.extra_info.update(
         pass_number=fill_pass,
@@ -21,4 +22,12 @@ def test_fill_pass(fill_pass, qualification, rounds_runner, benchmark, check):
     invalid = result.invalid_reason()
     if invalid:
         pytest.fail(f"pass {fill_pass} invalid: {invalid}", pytrace=False)
+    steady = qualification.steady_state(fill_pass) if fill_pass >= 2 else None
+    if steady is not None:
+        record_property("fill_steady_state", "STEADY" if steady.reached else "NOT_STEADY")
+        record_property("fill_steady_state.reason", steady.reason)
     check(fill_measurements(result), **{"pass": fill_pass, "state": "fresh" if fill_pass == 1 else "steady"})
+    last = fill_pass == qualification.settings.passes
+    if last and qualification.settings.require_steady_state and not (steady and steady.reached):
+        reason = steady.reason if steady else "a single pass has no steady-state rounds; run --passes 2 or more"
+        pytest.fail(f"pass {fill_pass} NOT_STEADY (SNIA rule, required by the drive file): {reason}", pytrace=False)

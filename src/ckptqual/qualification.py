@@ -21,6 +21,7 @@ from ckptqual.ranks import RankFailure, RankPool
 from ckptqual.restore import RestoreResult, evict_checkpoint
 from ckptqual.results import Judgement, RunRecord, judge
 from ckptqual.settings import RunSettings
+from ckptqual.steady import SteadyState, steady_state
 from ckptqual.target import DriveIdentity, Target, identify, open_target
 
 
@@ -105,6 +106,14 @@ class Qualification:
         self.record.data["passes"].append(result.to_dict())
         self.record.save()
         return result
+
+    def steady_state(self, through_pass: int) -> SteadyState:
+        """The SNIA rule over the per-checkpoint rates of the steady-state passes (2 and later) so far; recorded."""
+        rates = [c.GBps for number in range(2, through_pass + 1) for c in self.fill.passes[number].checkpoints]
+        state = steady_state(rates)
+        self.record.data.setdefault("steady_state", {})[str(through_pass)] = {**asdict(state), "rounds": len(rates)}
+        self.record.save()
+        return state
 
     def restore(self, checkpoint: int, directory: Path) -> RestoreResult:
         """Reads one checkpoint back cold with every rank at once and verifies every byte; raises RestoreError."""

@@ -78,6 +78,7 @@ class RunSettings:
     layout_seed: int
     layout_max_total_bytes: int
     layout_plan: CheckpointPlan | None
+    require_steady_state: bool
 
     @property
     def scale(self) -> float:
@@ -103,6 +104,7 @@ class RunSettings:
             "memory_budget_bytes": self.memory_budget_bytes,
             "seed": self.seed,
             "restore_checkpoints": self.restore_checkpoints,
+            "require_steady_state": self.require_steady_state,
             "layout_examples": self.layout_examples,
             "layout_seed": self.layout_seed,
             "layout_max_total_bytes": self.layout_max_total_bytes,
@@ -178,6 +180,7 @@ def resolve_settings(options: Options) -> RunSettings:
         layout_examples=_pick(options.layout_examples, thresholds.layouts.examples, DEFAULT_LAYOUT_EXAMPLES),
         layout_seed=_pick(options.layout_seed, thresholds.layouts.seed, 0),
         layout_max_total_bytes=layout_bytes,
+        require_steady_state=bool(thresholds.run.require_steady_state),
         layout_plan=_layout_plan(options.layout_plan, len(plan.ranks)),
     )
 

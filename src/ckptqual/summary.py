@@ -53,6 +53,11 @@ def summary_lines(qual: Qualification) -> list[str]:
         )
     if rows:
         lines += table(["pass", "ckpts", "mean s", "worst s", "GB/s", "mean GB/s", "verdict"], rows)
+    if data.get("steady_state"):
+        last = max(data["steady_state"], key=int)
+        lines.append(
+            f"steady state (SNIA, per-checkpoint GB/s of passes 2-{last}): {data['steady_state'][last]['reason']}"
+        )
     for restored in data.get("restore", []):
         lines.append(
             f"restore of checkpoint {restored['checkpoint']}: {restored['seconds']:.2f} s, "

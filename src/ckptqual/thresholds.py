@@ -370,6 +370,7 @@ class RunDefaults:
     checkpoints_per_pass: int | None = None
     fill_fraction: float | None = None
     passes: int | None = None
+    require_steady_state: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -440,7 +441,7 @@ class _Table:
 
 _SECTIONS = {
     "drive": ("name", "description", "capacity_bytes", "source"),
-    "run": ("workload", "scale", "engine", "checkpoints_per_pass", "fill_fraction", "passes"),
+    "run": ("workload", "scale", "engine", "checkpoints_per_pass", "fill_fraction", "passes", "require_steady_state"),
     "sweep": ("block_sizes", "threads", "jobs", "batch", "file_bytes", "transfers"),
     "layouts": ("examples", "seed", "max_total_bytes"),
 }
@@ -469,6 +470,7 @@ def _run(table: _Table) -> RunDefaults:
         checkpoints_per_pass=table.get("checkpoints_per_pass", _integer(1)),
         fill_fraction=table.get("fill_fraction", _FRACTION),
         passes=table.get("passes", _integer(1)),
+        require_steady_state=table.get("require_steady_state", _flag),
     )
     if run.checkpoints_per_pass is not None and run.fill_fraction is not None:
         raise table.error("fill_fraction", "give checkpoints_per_pass or fill_fraction, not both; remove one")
