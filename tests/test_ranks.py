@@ -42,6 +42,8 @@ def test_a_rank_that_dies_fails_the_checkpoint_and_no_process_is_left(tmp_path):
         pool.write_checkpoint(tmp_path, 0, plans(2, 3_000_000_000), "stream")
     assert time.monotonic() - started < 30
     assert not any(alive(pid) for pid in pids)
+    with pytest.raises(RankFailure, match=r"not run: the ranks were stopped after rank 1 died during checkpoint 0"):
+        pool.write_checkpoint(tmp_path, 1, plans(2, 1000), "stream")
 
 
 def test_a_rank_that_hangs_fails_within_the_timeout_and_is_stopped(tmp_path):

@@ -144,6 +144,7 @@ class RankPool:
         self._conns: list[Connection] = []
         self._procs: list[mp.process.BaseProcess] = []
         self._lock = threading.Lock()
+        self.stopped: str | None = None
         for rank in range(ranks):
             parent, child = context.Pipe()
             proc = context.Process(
@@ -179,6 +180,8 @@ class RankPool:
         options: dict[str, Any] | None = None,
     ) -> CheckpointTiming:
         """Every rank does `op` (on its plan, if any) from a common start; the slowest rank's end is the time."""
+        if self.stopped:
+            raise RankFailure(f"not run: the ranks were stopped after {self.stopped}")
         plans = plans if plans is not None else (None,) * self.ranks
         if len(plans) != self.ranks:
             raise ValueError(f"plan has {len(plans)} ranks, pool has {self.ranks}")
@@ -214,12 +217,10 @@ class RankPool:
                 except (EOFError, OSError):
                     proc.join(1.0)
                 if not proc.is_alive():
-                    self.close(grace_s=0)
-                    raise RankFailure(f"rank {rank} died during {what} (exit code {proc.exitcode})")
+                    raise self._stop(f"rank {rank} died during {what} (exit code {proc.exitcode})")
             if time.monotonic() > deadline:
                 late = [rank for rank, r in enumerate(replies) if r is None]
-                self.close(grace_s=0)
-                raise RankFailure(
+                raise self._stop(
                     f"rank(s) {late} did not finish {what} within {timeout_s:g} s; "
                     f"raise --rank-timeout if the drive is that slow"
                 )
@@ -230,6 +231,12 @@ class RankPool:
             error.errno = reply.get("errno")  # type: ignore[attr-defined]
             raise error
         return replies  # type: ignore[return-value]
+
+    def _stop(self, reason: str) -> RankFailure:
+        """Stops every rank at once after `reason`; later calls fail with it instead of touching dead ranks."""
+        self.stopped = reason
+        self.close(grace_s=0)
+        return RankFailure(reason)
 
     @property
     def pids(self) -> list[int]:

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ckptqual.engines import ENGINES
 from ckptqual.fill import checkpoints_for_fraction, space_problem
@@ -28,6 +29,7 @@ BASELINE_MAX_BYTES = 32 << 30
 DEFAULT_LAYOUT_EXAMPLES = 5
 DEFAULT_LAYOUT_MAX_BYTES = 64 << 20
 _MEMORY_SHARE = 0.5
+T = TypeVar("T")
 
 
 class SettingsError(ValueError):
@@ -212,7 +214,8 @@ def default_memory_budget() -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * _MEMORY_SHARE)
 
 
-def _pick(*values):
+def _pick(*values: T | None) -> T:
+    """The first value that is given (not None): command line, then drive file, then default."""
     return next(v for v in values if v is not None)
 
 
