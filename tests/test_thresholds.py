@@ -108,7 +108,7 @@ def test_local_limits_are_relative():
         (sweep,) = thresholds.limits_for(
             "sweep_read_bandwidth", {"transfer": "cpu-only", "block_size": "1M", "threads": threads}
         )
-        assert (sweep.min, sweep.relative_to) == (0.2, "raw_read")
+        assert (sweep.min, sweep.relative_to, sweep.marginal) == (0.1, "raw_read", 0.5)
     assert thresholds.limits_for("sweep_read_bandwidth", {"transfer": "gpu-direct", "block_size": "1M"}) == []
     (layout,) = thresholds.limits_for("layout_throughput_ratio", {"layout": "odd"})
     assert (layout.min, layout.marginal) == (0.1, 0.5)
