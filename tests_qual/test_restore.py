@@ -14,11 +14,7 @@ def test_restore(qualification, rounds_runner, benchmark, check):
         checkpoint, directory = newest[len(results)]
         results.append(qualification.restore(checkpoint, directory))
 
-    if rounds_runner is None:
-        for _ in newest:
-            restore_next()
-    else:
-        rounds_runner(restore_next, lambda: None, len(newest))
+    rounds_runner(restore_next, lambda: None, len(newest))
     total_bytes = sum(r.bytes for r in results)
     throughput = total_bytes / sum(r.seconds for r in results) / 1e9
     benchmark.extra_info.update(

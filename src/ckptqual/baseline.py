@@ -57,9 +57,7 @@ def measure_baseline(pool: RankPool, directory: Path, total_bytes: int, repeats:
             written = pool.run("raw-write", directory, None, f"raw write {round_number + 1}", options=options)
             baseline.write_GBps.append(written.bytes / written.seconds / 1e9)
             files = [raw.raw_path(directory, rank) for rank in range(pool.ranks)]
-            for path in files:
-                cache.evict(path)
-            baseline.cached_before_read.append(cache.cached_fraction(files))
+            baseline.cached_before_read.append(cache.evict_all(files))
             read = pool.run("raw-read", directory, None, f"raw read {round_number + 1}", options=options)
             baseline.read_GBps.append(read.bytes / read.seconds / 1e9)
             raw.remove(directory, pool.ranks)

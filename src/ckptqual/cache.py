@@ -43,6 +43,14 @@ def cached_bytes(path: Path) -> tuple[int, int]:
     return min(resident * _PAGE, size), size
 
 
+def evict_all(paths: Iterable[Path]) -> float:
+    """Evicts every file of `paths`; returns the fraction of their bytes still cached afterwards."""
+    paths = list(paths)
+    for path in paths:
+        evict(path)
+    return cached_fraction(paths)
+
+
 def cached_fraction(paths: Iterable[Path]) -> float:
     """The fraction of the files' bytes that sit in the page cache (0 for no bytes)."""
     cached = total = 0

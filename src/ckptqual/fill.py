@@ -189,7 +189,7 @@ class FillCampaign:
             result.checkpoints.append(self._write_one(number, len(result.checkpoints) + 1, removed, remove_s))
 
         try:
-            (runner or _plain_runner)(write, setup, self.checkpoints_per_pass)
+            (runner or run_rounds)(write, setup, self.checkpoints_per_pass)
         except FillError as error:
             self.failure = f"pass {number} failed: {error}"
             raise
@@ -226,7 +226,8 @@ class FillCampaign:
         return record
 
 
-def _plain_runner(fn: Callable[[], None], setup: Callable[[], None], rounds: int) -> None:
+def run_rounds(fn: Callable[[], None], setup: Callable[[], None], rounds: int) -> None:
+    """Runs `rounds` rounds of `setup` then `fn`: the plain twin of pytest-benchmark's pedantic()."""
     for _ in range(rounds):
         setup()
         fn()

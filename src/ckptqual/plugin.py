@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptqual.fill import RESERVE_BYTES, checkpoint_footprint_bytes
+from ckptqual.fill import RESERVE_BYTES, checkpoint_footprint_bytes, run_rounds
 from ckptqual.qualification import Qualification
 from ckptqual.results import Judgement, failures
 from ckptqual.settings import Options, RunSettings, SettingsError, resolve_settings
@@ -198,10 +198,11 @@ def _sayer(config: pytest.Config) -> Callable[[str], None]:
 
 
 @pytest.fixture
-def rounds_runner(benchmark) -> Callable[..., None] | None:
-    """Drives a pass's checkpoints as pytest-benchmark rounds, or plainly when benchmarking is off."""
+def rounds_runner(benchmark) -> Callable[..., None]:
+    """Drives rounds (a pass's checkpoints, a restore's) as pytest-benchmark rounds, or plainly when benchmarking
+    is off (pedantic would then run only one round)."""
     if benchmark.disabled:
-        return None
+        return run_rounds
 
     def run(fn: Callable[[], None], setup: Callable[[], None], rounds: int) -> None:
         benchmark.pedantic(fn, setup=setup, rounds=rounds, iterations=1, warmup_rounds=0)

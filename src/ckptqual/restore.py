@@ -199,7 +199,4 @@ class RestoreResult:
 
 def evict_checkpoint(directory: Path, plan: CheckpointPlan) -> float:
     """Drops the checkpoint's files from the page cache; returns the fraction still cached."""
-    paths = [directory / f.path for rank in plan.ranks for f in rank.files]
-    for path in paths:
-        cache.evict(path)
-    return cache.cached_fraction(paths)
+    return cache.evict_all(directory / f.path for rank in plan.ranks for f in rank.files)
