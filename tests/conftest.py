@@ -24,3 +24,52 @@ def tmpfs(tmp_path) -> Iterator[Callable[[str], Path]]:
     yield mount
     for point in mounted:
         subprocess.run(["umount", "-l", str(point)], check=True)
+
+
+@pytest.fixture
+def loop_ext4(tmp_path) -> Iterator[Callable[[str], Path]]:
+    """Makes and mounts a real ext4 filesystem of the given size (e.g. "256M"; mount options e.g.
+    "errors=remount-ro") on a loop device inside the test's temporary directory, for faults only a block-backed
+    filesystem shows (freeze, going read-only on an error). Skips where this machine cannot (needs root and loop
+    devices); always thaws and unmounts."""
+    mounted: list[Path] = []
+
+    def make(size: str, options: str = "") -> Path:
+        image = tmp_path / f"ext4-{len(mounted)}.img"
+        point = tmp_path / f"ext4-{len(mounted)}"
+        point.mkdir()
+        subprocess.run(["truncate", "-s", size, str(image)], check=True)
+        made = subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], capture_output=True)
+        mount = ["mount", "-o", ",".join(["loop", *filter(None, [options])]), str(image), str(point)]
+        if made.returncode or subprocess.run(mount).returncode:
+            pytest.skip("cannot make and loop-mount an ext4 filesystem here (needs root, mkfs.ext4, loop devices)")
+        mounted.append(point)
+        return point
+
+    yield make
+    for point in mounted:
+        subprocess.run(["fsfreeze", "-u", str(point)], capture_output=True)
+        subprocess.run(["umount", "-l", str(point)], check=True)
+
+
+@pytest.fixture
+def checkpoint_space(tmp_path) -> Iterator[Callable[..., tuple]]:
+    """A real run space for writing checkpoints of a plan: a locked target (a new directory, or `where`), its run
+    directory with the plan's files declared, and the helper that removes them. Returns (space, checkpoints root);
+    the space is closed (everything removed) at the end."""
+    from ckptqual.space import RunSpace
+    from ckptqual.target import open_target
+
+    spaces = []
+
+    def make(plan, where: Path | None = None) -> tuple:
+        target = where if where is not None else tmp_path / f"target-{len(spaces)}"
+        target.mkdir(exist_ok=True)
+        space = RunSpace(open_target(target), timeout_s=120)
+        space.declare("checkpoints/checkpoint-*", [spec.path for rank in plan.ranks for spec in rank.files])
+        spaces.append(space)
+        return space, space.run_dir / "checkpoints"
+
+    yield make
+    for space in spaces:
+        space.close()

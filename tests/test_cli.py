@@ -1,17 +1,22 @@
-"""The `ckptqual` command: plan and workloads subcommands, and its one-line errors."""
+"""The `ckptqual` command: plan, workloads and clean subcommands, and its one-line errors."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 import ckptqual
 from ckptqual.cli import main
+from ckptqual.target import LOCK_FILE, TARGET_MARKER
 from ckptqual.workloads import available_workloads
 
 REVIEW_BYTES = 1_635_776_902_656
@@ -91,3 +96,172 @@ def test_module_entry_point():
     bad = run_module("plan", "llama9")
     assert bad.returncode == 2
     assert "llama9" in bad.stderr and bad.stdout == ""
+
+
+# ---- ckptqual clean ------------------------------------------------------------------------------------------
+
+# A run in another process: opens the target, declares and writes one checkpoint file, prints its run
+# directory, then waits for a line on stdin before cleaning up (or is killed before that).
+RUN_IN_CHILD = r"""
+import os, sys
+from pathlib import Path
+from ckptqual.target import open_target
+target = open_target(Path(sys.argv[1]))
+target.declare("checkpoints/checkpoint-*", ["rank-0/model.pt"])
+directory = target.run_dir / "checkpoints" / "checkpoint-00001" / "rank-0"
+directory.mkdir(parents=True)
+(directory / "model.pt").write_bytes(os.urandom(int(sys.argv[2])))
+print(target.run_dir, flush=True)
+sys.stdin.readline()
+target.cleanup()
+"""
+
+
+@pytest.fixture
+def start_run() -> Iterator[Callable[[Path, int], tuple[subprocess.Popen, Path]]]:
+    """Starts a run holding a target in a child process; kills any still running at the end."""
+    children: list[subprocess.Popen] = []
+
+    def start(target: Path, size_bytes: int = 4096) -> tuple[subprocess.Popen, Path]:
+        child = subprocess.Popen(
+            [sys.executable, "-c", RUN_IN_CHILD, str(target), str(size_bytes)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        children.append(child)
+        line = child.stdout.readline().strip()
+        assert line.startswith("/"), f"the child run did not start: {line!r}"
+        return child, Path(line)
+
+    yield start
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=60)
+
+
+def killed_run(start_run, target: Path, size_bytes: int = 4096) -> Path:
+    """A run that died by SIGKILL after writing a checkpoint file: its directory."""
+    child, run_dir = start_run(target, size_bytes)
+    child.send_signal(signal.SIGKILL)
+    assert child.wait(timeout=60) == -signal.SIGKILL
+    return run_dir
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every path under root with its file's digest: compared before and after."""
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
+        for path in sorted(root.rglob("*"))
+    }
+
+
+def test_clean_removes_a_dead_runs_directory(tmp_path, start_run, capsys):
+    run_dir = killed_run(start_run, tmp_path, size_bytes=2_000_000)
+    assert {p.name for p in tmp_path.iterdir()} == {run_dir.name, TARGET_MARKER, LOCK_FILE}
+    assert main(["clean", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{run_dir.name} (PID " in out and "did not finish): removed 2 files, 2.0" in out
+    assert f"removed the stale lock file {LOCK_FILE} (PID " in out
+    assert f"removed the target marker {TARGET_MARKER}" in out
+    assert out.strip().endswith("everything of ckptqual's is gone")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_clean_keeps_a_foreign_file_in_a_dead_run_and_says_so(tmp_path, start_run, capsys):
+    run_dir = killed_run(start_run, tmp_path)
+    visitor = run_dir / "checkpoints" / "checkpoint-00001" / "visitor.txt"
+    visitor.write_text("not ckptqual's")
+    assert main(["clean", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert f"  left {run_dir.name}/checkpoints/checkpoint-00001/visitor.txt: not created by ckptqual" in out
+    assert "left 1 entry (see above)" in out
+    assert visitor.read_text() == "not ckptqual's"
+    assert snapshot(tmp_path) == {
+        run_dir.name: "dir",
+        f"{run_dir.name}/checkpoints": "dir",
+        f"{run_dir.name}/checkpoints/checkpoint-00001": "dir",
+        f"{run_dir.name}/checkpoints/checkpoint-00001/visitor.txt": hashlib.sha256(b"not ckptqual's").hexdigest(),
+    }
+
+
+def test_clean_refuses_a_live_run_and_names_it(tmp_path, start_run, capsys):
+    child, run_dir = start_run(tmp_path)
+    before = snapshot(tmp_path)
+    assert main(["clean", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"in use by another ckptqual run (PID {child.pid} on host {socket.gethostname()}, since " in captured.err
+    assert f"run directory {run_dir.name})" in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert snapshot(tmp_path) == before
+    child.communicate("\n", timeout=60)
+    assert child.returncode == 0 and list(tmp_path.iterdir()) == []
+
+
+def test_clean_dry_run_changes_nothing(tmp_path, start_run, capsys):
+    run_dir = killed_run(start_run, tmp_path)
+    (run_dir / "visitor.txt").write_text("not ckptqual's")
+    before = snapshot(tmp_path)
+    assert main(["clean", str(tmp_path), "--dry-run"]) == 1  # what the real clean would return
+    out = capsys.readouterr().out
+    assert f"{run_dir.name} (PID " in out and "did not finish): would remove 2 files" in out
+    assert f"  would leave {run_dir.name}/visitor.txt: not created by ckptqual" in out
+    assert f"would remove the stale lock file {LOCK_FILE}" in out
+    assert "nothing changed (dry run)" in out
+    assert snapshot(tmp_path) == before
+
+
+def test_clean_never_touches_an_unmarked_directory(tmp_path, capsys):
+    (tmp_path / TARGET_MARKER).write_text("")
+    lookalike = tmp_path / "ckptqual-run-20260101-000000-1"
+    (lookalike / "checkpoints" / "checkpoint-00001").mkdir(parents=True)
+    (lookalike / "checkpoints" / "checkpoint-00001" / "model.pt").write_bytes(os.urandom(4096))
+    before = snapshot(lookalike)
+    assert main(["clean", str(tmp_path)]) == 0
+    assert "removed 0 bytes from 0 run directories" in capsys.readouterr().out
+    assert snapshot(lookalike) == before
+
+
+def test_clean_of_a_kept_run_removes_it(tmp_path, capsys):
+    from ckptqual.target import open_target
+
+    target = open_target(tmp_path, keep=True)
+    target.declare("raw", ["raw-000.bin"])
+    (target.run_dir / "raw").mkdir()
+    (target.run_dir / "raw" / "raw-000.bin").write_bytes(os.urandom(4096))
+    target.cleanup()
+    assert main(["clean", str(tmp_path)]) == 0
+    assert "kept with --keep): removed 2 files" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda root: root / "missing", "does not exist"),
+        (lambda root: Path("/etc"), "is a system directory"),
+        (lambda root: root, "holds nothing of ckptqual's"),
+    ],
+)
+def test_clean_usage_errors_exit_2_and_change_nothing(tmp_path, capsys, make, message):
+    (tmp_path / "precious.bin").write_bytes(os.urandom(4096))
+    before = snapshot(tmp_path)
+    assert main(["clean", str(make(tmp_path))]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and message in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert captured.err.startswith("ckptqual clean: ")
+    assert snapshot(tmp_path) == before
+
+
+def test_clean_refuses_a_read_only_target(tmpfs, capsys):
+    point = tmpfs("ro,size=1m")
+    assert main(["clean", str(point)]) == 2
+    assert f"is on a read-only filesystem (mounted at {point}); remount it read-write" in capsys.readouterr().err
+
+
+def test_clean_by_the_module_entry_point(tmp_path, start_run):
+    run_dir = killed_run(start_run, tmp_path)
+    result = run_module("clean", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert run_dir.name in result.stdout and list(tmp_path.iterdir()) == []

@@ -13,6 +13,7 @@ import torch
 from ckptqual.engines import ENGINES, make_engine
 from ckptqual.engines.base import RankIO
 from ckptqual.engines.torchformat import ALIGNMENT
+from ckptqual.fill import FILE_OVERHEAD_BYTES, TENSOR_OVERHEAD_BYTES
 from ckptqual.payload import PayloadGenerator, find_mismatches
 from ckptqual.plan import FilePlan, TensorSpec
 
@@ -47,7 +48,7 @@ def test_files_load_with_torch_and_hold_the_payload(tmp_path, engine_name):
     assert io.generated_bytes == ODD_FILE.nbytes
 
 
-def test_stream_records_are_64_byte_aligned_like_torch_save(tmp_path):
+def test_stream_tensor_data_starts_at_4_kib_file_offsets(tmp_path):
     path = tmp_path / "aligned.pt"
     make_engine("stream").write(path, ODD_FILE, 0, RankIO(PayloadGenerator(1), rank=0))
     raw = path.read_bytes()
@@ -56,8 +57,21 @@ def test_stream_records_are_64_byte_aligned_like_torch_save(tmp_path):
         assert len(records) == len(ODD_FILE.tensors)
         for info in records:
             name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26 : info.header_offset + 30])
-            assert (info.header_offset + 30 + name_len + extra_len) % ALIGNMENT == 0
+            assert (info.header_offset + 30 + name_len + extra_len) % 4096 == 0
+        assert archive.read("archive/.storage_alignment") == b"4096" == str(ALIGNMENT).encode()
         assert archive.testzip() is None  # every CRC is right
+    for options in ({}, {"weights_only": True}, {"weights_only": True, "mmap": True}):
+        assert list(torch.load(path, **options)) == [t.name for t in ODD_FILE.tensors]
+
+
+@pytest.mark.parametrize("engine_name", sorted(ENGINES))
+def test_files_fit_the_space_checks_overhead_bound(tmp_path, engine_name):
+    many = FilePlan("many.pt", tuple(TensorSpec(f"layers.{i}.{'x' * 200}", 1 + i, "bfloat16") for i in range(40)))
+    for spec in (ODD_FILE, many):
+        path = tmp_path / spec.path
+        make_engine(engine_name).write(path, spec, 0, RankIO(PayloadGenerator(1), rank=0, chunk_bytes=1 << 20))
+        bound = spec.nbytes + FILE_OVERHEAD_BYTES + len(spec.tensors) * TENSOR_OVERHEAD_BYTES
+        assert spec.nbytes < path.stat().st_size <= bound
 
 
 def test_torch_load_mmap_reads_stream_files(tmp_path):

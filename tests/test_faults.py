@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from ckptqual.fill import FillCampaign, FillError
 from ckptqual.plan import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.ranks import RankFailure, RankPool
 from ckptqual.restore import ReadBackError, _pread_exactly, evict_checkpoint
+from suite_runs import junit_cases, suite_properties
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,22 +40,24 @@ def pool():
         yield ranks
 
 
-def test_enospc_mid_pass_fails_it_and_removes_the_partial_checkpoint(small_filesystem, pool):
-    root = small_filesystem / "ckpts"
-    root.mkdir()
-    campaign = FillCampaign(root, two_rank_plan(12), pool, "stream", checkpoints_per_pass=3)  # 3 x 48 MB > 64 MiB
-    with pytest.raises(FillError, match=r"the target ran out of space \(ENOSPC\) in checkpoint 2: rank \d failed"):
+def test_enospc_mid_pass_fails_it_and_removes_the_partial_checkpoint(small_filesystem, pool, checkpoint_space):
+    plan = two_rank_plan(12)
+    space, root = checkpoint_space(plan, small_filesystem)
+    campaign = FillCampaign(root, plan, pool, "stream", checkpoints_per_pass=3, remove=space.remove)  # 3 x 48 MB
+    expected = r"the target ran out of space: rank \d failed during checkpoint 2/3 of pass 1 .*\[Errno 28 ENOSPC\]"
+    with pytest.raises(FillError, match=expected) as error:
         campaign.run_pass(1)
+    assert error.value.fault == "out-of-space"
     assert sorted(p.name for p in root.iterdir()) == ["checkpoint-00000"]
-    with pytest.raises(FillError, match="not run: pass 1 failed: the target ran out of space"):
+    with pytest.raises(FillError, match=r"not run: pass 1 failed \(the target ran out of space\)") as later:
         campaign.run_pass(2)
+    assert later.value.fault == "not-run"
 
 
-def written_checkpoints(tmp_path, pool, count=2):
-    root = tmp_path / "ckpts"
-    root.mkdir()
+def written_checkpoints(checkpoint_space, pool, count=2):
     plan = two_rank_plan(1)
-    campaign = FillCampaign(root, plan, pool, "stream", checkpoints_per_pass=count)
+    space, root = checkpoint_space(plan)
+    campaign = FillCampaign(root, plan, pool, "stream", checkpoints_per_pass=count, remove=space.remove)
     campaign.run_pass(1)
     return plan, [directory for _, directory in campaign.retained]
 
@@ -73,8 +75,8 @@ def data_offset(path: Path, tensor: str) -> int:
     return next(t.data_offset for t in read_table(path) if t.name == tensor)
 
 
-def test_an_intact_checkpoint_reads_back_verified(tmp_path, pool):
-    plan, (_, newest) = written_checkpoints(tmp_path, pool)
+def test_an_intact_checkpoint_reads_back_verified(checkpoint_space, pool):
+    plan, (_, newest) = written_checkpoints(checkpoint_space, pool)
     timing = read_back(pool, plan, newest, 1)
     assert timing.bytes == plan.total_bytes
 
@@ -95,8 +97,8 @@ def overwrite(path: Path, offset: int, data: bytes) -> None:
         ("garbage", "garbage (no payload header)"),
     ],
 )
-def test_each_kind_of_damage_is_named_with_file_and_offset(tmp_path, pool, damage, found):
-    plan, (older, newest) = written_checkpoints(tmp_path, pool)
+def test_each_kind_of_damage_is_named_with_file_and_offset(checkpoint_space, pool, damage, found):
+    plan, (older, newest) = written_checkpoints(checkpoint_space, pool)
     victim = newest / "model-0.pt"
     offset = data_offset(victim, "w") + 3 * 4096
     if damage == "flip":
@@ -120,11 +122,11 @@ def test_each_kind_of_damage_is_named_with_file_and_offset(tmp_path, pool, damag
     assert found in message
 
 
-def test_a_truncated_file_is_reported(tmp_path, pool):
-    plan, (_, newest) = written_checkpoints(tmp_path, pool)
+def test_a_truncated_file_is_reported(checkpoint_space, pool):
+    plan, (_, newest) = written_checkpoints(checkpoint_space, pool)
     victim = newest / "optim" / "optimizer-1.pt"
     os.truncate(victim, victim.stat().st_size // 2)
-    with pytest.raises(RankFailure, match=r"rank 1 failed .*optimizer-1.pt"):
+    with pytest.raises(RankFailure, match=r"rank 1 failed .*optimizer-1.pt: truncated: the file is \d+ bytes"):
         read_back(pool, plan, newest, 1)
 
 
@@ -190,46 +192,60 @@ def test_enospc_in_a_qualification_run_fails_that_pass_and_the_reports_say_why(s
     )
     output, _ = process.communicate(timeout=600)
     assert process.returncode == 1, output[-3000:]
-    failures = {
-        case.get("name"): case.find("failure").get("message")
-        for case in ElementTree.parse(tmp_path / "q.xml").iter("testcase")
-    }
-    assert "the target ran out of space (ENOSPC) in checkpoint" in failures["test_fill_pass[1]"]
-    assert "not run: pass 1 failed: the target ran out of space" in failures["test_fill_pass[2]"]
-    assert "not run: pass 1 failed" in failures["test_restore"]
+    cases = junit_cases(tmp_path / "q.xml")
+    assert "the target ran out of space: rank" in cases["test_fill_pass[1]"]["message"]
+    assert "[Errno 28 ENOSPC]" in cases["test_fill_pass[1]"]["message"]
+    assert "NOT_RUN: not run: pass 1 failed (the target ran out of space)" in cases["test_fill_pass[2]"]["message"]
+    assert "not run: pass 1 failed" in cases["test_restore"]["message"]
+    assert cases["verdict"]["outcome"] == "failure" and "NOT QUALIFIED" in cases["verdict"]["message"]
     results = json.loads((tmp_path / "r.json").read_text())
-    assert results["removed"] is True and results["tests"]
+    assert results["cleanup"]["removed"] is True and results["verdict"]["overall"] == "NOT QUALIFIED"
     assert list(target.iterdir()) == []
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_run_stops_cleans_up_and_reports_what_finished(tmp_path, signum):
+def test_an_interrupted_run_is_an_error_in_the_junit_and_incomplete_in_the_results(tmp_path, signum):
     target = tmp_path / "target"
     target.mkdir()
     process = suite(
         "--target",
         str(target),
         "--checkpoints-per-pass",
-        "50",
+        "20",
         "--passes",
-        "1",
+        "3",
         "--results",
         str(tmp_path / "r.json"),
         "--junitxml",
         str(tmp_path / "q.xml"),
     )
     for line in process.stdout:
-        if "ckptqual: pass 1 checkpoint 2/50" in line:
+        if "ckptqual: pass 2 checkpoint 2/20" in line:
             break
     process.send_signal(signum)
     sent = time.monotonic()
     output, _ = process.communicate(timeout=120)
     assert time.monotonic() - sent < 60
-    assert process.returncode not in (0, 1), output[-2000:]
-    assert "KeyboardInterrupt" in output
+    assert process.returncode == 2, output[-2000:]  # pytest's "interrupted"
+    by = "SIGINT (Ctrl-C)" if signum == signal.SIGINT else "SIGTERM"
+    cases = junit_cases(tmp_path / "q.xml")
+    assert cases["test_fill_pass[1]"]["outcome"] == "passed"
+    running = cases["test_fill_pass[2]"]
+    assert (
+        running["outcome"] == "error" and f"pass 2 INTERRUPTED: the run was interrupted by {by}" in running["message"]
+    )
+    for name in ("test_fill_pass[3]", "test_restore"):
+        assert (
+            cases[name]["outcome"] == "error" and "NOT_RUN: not run: the run was interrupted" in cases[name]["message"]
+        )
+    assert cases["verdict"]["outcome"] == "failure" and "INCOMPLETE" in cases["verdict"]["message"]
+    assert suite_properties(tmp_path / "q.xml")["ckptqual.verdict"] == "INCOMPLETE"
+    assert output.rstrip().splitlines()[-1].startswith("ckptqual verdict: INCOMPLETE: the run was interrupted by")
     results = json.loads((tmp_path / "r.json").read_text())
-    assert len(results["checkpoints"]) >= 2 and results["removed"] is True
-    assert (tmp_path / "q.xml").exists()
+    assert results["verdict"]["overall"] == "INCOMPLETE"
+    assert results["verdict"]["reasons"][0].startswith(f"the run was interrupted by {by} during ")
+    assert results["tests"][next(k for k in results["tests"] if k.endswith("[2]"))]["outcome"] == "INTERRUPTED"
+    assert len(results["checkpoints"]) >= 21 and results["cleanup"]["removed"] is True
     assert list(target.iterdir()) == []
     leftovers = subprocess.run(["pgrep", "-f", "ckptqual-rank"], capture_output=True, text=True).stdout.split()
     assert leftovers == [] or all(not Path(f"/proc/{pid}").exists() for pid in leftovers)

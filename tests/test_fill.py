@@ -49,7 +49,7 @@ def test_space_check_says_needed_available_and_how_to_fit():
     plan = load_workload("llama3.1-405b-review").plan()
     assert space_problem(plan, 3, 10 * plan.total_bytes) is None
     message = space_problem(plan, 33, 20 * plan.total_bytes)
-    assert "needs 53,981.044 GB (33 checkpoints of 1,635.789 GB + 0.008 GB reserve)" in message
+    assert "needs 53,981.475 GB (33 checkpoints of 1,635.802 GB + 0.008 GB reserve)" in message
     assert "32,715.538 GB free" in message
     assert "--checkpoints-per-pass 19" in message and "--scale 0.576" in message
     beside = space_problem(plan, 33, 20 * plan.total_bytes, plan.total_bytes, "for the odd layouts")
@@ -83,14 +83,16 @@ def pool():
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
-def test_fill_passes_keep_the_retention_limit_and_files_load(tmp_path, pool, engine):
+def test_fill_passes_keep_the_retention_limit_and_files_load(checkpoint_space, pool, engine):
     seen = []
+    space, root = checkpoint_space(small_plan())
     campaign = FillCampaign(
-        tmp_path,
+        root,
         small_plan(),
         pool,
         engine,
         checkpoints_per_pass=2,
+        remove=space.remove,
         on_checkpoint=lambda record, total: seen.append((record.pass_number, record.index, total)),
     )
     first = campaign.run_pass(1)
@@ -98,7 +100,7 @@ def test_fill_passes_keep_the_retention_limit_and_files_load(tmp_path, pool, eng
     assert seen == [(1, 1, 2), (1, 2, 2), (2, 1, 2), (2, 2, 2)]
     assert [c.removed_before for c in first.checkpoints] == [None, None]
     assert [c.removed_before for c in second.checkpoints] == [0, 1]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-00002", "checkpoint-00003"]
+    assert sorted(p.name for p in root.iterdir()) == ["checkpoint-00002", "checkpoint-00003"]
     for result in (first, second):
         for checkpoint in result.checkpoints:
             assert checkpoint.bytes == small_plan().total_bytes
@@ -107,22 +109,23 @@ def test_fill_passes_keep_the_retention_limit_and_files_load(tmp_path, pool, eng
     generator = PayloadGenerator(77)
     for rank in small_plan().ranks:
         for file_index, spec in enumerate(rank.files):
-            state = torch.load(tmp_path / "checkpoint-00003" / spec.path, weights_only=True)
+            state = torch.load(root / "checkpoint-00003" / spec.path, weights_only=True)
             for tensor_index, tensor in enumerate(spec.tensors):
                 data = state[tensor.name].view(torch.uint8).numpy()
                 assert find_mismatches(generator, data, 3, rank.rank, file_index, tensor_index, 0) == []
 
 
-def test_a_failed_pass_stops_later_passes_with_the_reason(tmp_path, pool):
+def test_a_failed_pass_stops_later_passes_with_the_reason(checkpoint_space, pool):
     clash = (FilePlan("a", (TensorSpec("t", 1, "int8"),)), FilePlan("a/b.pt", (TensorSpec("t", 1, "int8"),)))
     bad = CheckpointPlan("bad", (RankPlan(0, clash), RankPlan(1, ())))
-    campaign = FillCampaign(tmp_path / "ckpts", bad, pool, "stream", checkpoints_per_pass=1)
-    (tmp_path / "ckpts").mkdir()
-    with pytest.raises(FillError, match="rank 0 failed"):
+    space, root = checkpoint_space(bad)
+    campaign = FillCampaign(root, bad, pool, "stream", checkpoints_per_pass=1, remove=space.remove)
+    with pytest.raises(FillError, match=r"rank 0 failed .*\[Errno 21 EISDIR\]") as failure:
         campaign.run_pass(1)
+    assert failure.value.fault == "crash"  # the plan's own error, not the drive's
     with pytest.raises(FillError, match="not run: pass 1 failed"):
         campaign.run_pass(2)
-    assert list((tmp_path / "ckpts").iterdir()) == []
+    assert not root.exists() or list(root.iterdir()) == []
 
 
 @pytest.mark.parametrize("path", ["../escape.pt", "/abs.pt", "a/../../b.pt", ""])

@@ -2,11 +2,21 @@
 
 import hashlib
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from ckptqual.payload import BLOCK_BYTES, BlockId, PayloadGenerator, classify, find_mismatches, read_header
+from ckptqual.payload import (
+    BLOCK_BYTES,
+    HEADER_BYTES,
+    BlockId,
+    Mismatch,
+    PayloadGenerator,
+    classify,
+    find_mismatches,
+    read_header,
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +43,15 @@ def test_blocks_are_unique_across_checkpoints_ranks_files_and_offsets(generator)
     assert len(digests) == blocks
 
 
-def test_block_bodies_differ_even_where_they_share_a_pool_block(generator):
-    pool_blocks = (8 << 20) // BLOCK_BYTES
-    first = generator.expected(BLOCK_BYTES, 0, 0, 0, 0, 0)
-    wrapped = generator.expected(BLOCK_BYTES, 0, 0, 0, 0, pool_blocks * BLOCK_BYTES)
-    assert not np.array_equal(first[32:], wrapped[32:])
+def test_no_16_bytes_of_a_header_repeat_when_one_field_changes(generator):
+    """The header is sealed forward and backward: blocks alike but for one field share no 16-byte half."""
+    base = dict(checkpoint=7, rank=1, file=2, tensor=3, offset=5 * BLOCK_BYTES)
+    variants = [base] + [{**base, field: base[field] + 1} for field in ("checkpoint", "rank", "file", "tensor")]
+    variants.append({**base, "offset": base["offset"] + BLOCK_BYTES})
+    headers = [generator.expected(HEADER_BYTES, **fields) for fields in variants]
+    halves = [header[i : i + 16].tobytes() for header in headers for i in (0, 16)]
+    assert len(set(halves)) == len(halves)
+    assert [read_header(h) for h in headers] == [BlockId(2025, **fields) for fields in variants]
 
 
 def test_generation_is_deterministic_and_chunking_does_not_matter(generator):
@@ -73,7 +87,42 @@ def test_verification_catches_a_flipped_byte(generator):
     data[5 * BLOCK_BYTES + 1000] ^= 0x01
     (mismatch,) = find_mismatches(generator, data, 1, 0, 0, 0, 0)
     assert mismatch.offset == 5 * BLOCK_BYTES
-    assert mismatch.found == "corrupted bytes inside a block with a correct header"
+    assert mismatch.found == "corrupted bytes inside a block with a correct header (byte 1000 of the block is wrong)"
+
+
+def test_a_zeroed_sector_straddling_two_blocks_is_named_zeros_with_its_bytes(generator):
+    """torch.save aligns tensor data to 64 bytes only, so a zeroed 4 KiB disk sector can cover parts of two blocks."""
+    data = generator.expected(4 * BLOCK_BYTES, checkpoint=4, rank=3, file=1, tensor=2, offset=0)
+    data[BLOCK_BYTES + 1984 : 2 * BLOCK_BYTES + 1984] = 0
+    first, second = find_mismatches(generator, data, 4, 3, 1, 2, 0)
+    assert first == Mismatch(BLOCK_BYTES, "zeros in bytes 1984-4095 of the block, the rest correct")
+    assert second == Mismatch(2 * BLOCK_BYTES, "zeros in bytes 0-1983 of the block, the rest correct")
+
+
+def test_zeroed_sectors_inside_a_block_are_each_named(generator):
+    data = generator.expected(2 * BLOCK_BYTES + 100, checkpoint=4, rank=3, file=1, tensor=2, offset=0)
+    data[BLOCK_BYTES + 512 : BLOCK_BYTES + 1024] = 0
+    data[BLOCK_BYTES + 3584 : BLOCK_BYTES + 4096] = 0
+    data[2 * BLOCK_BYTES + 40 :] = 0  # the tensor's last, partial block
+    first, last = find_mismatches(generator, data, 4, 3, 1, 2, 0)
+    assert first.found == "zeros in bytes 512-1023 and 3584-4095 of the block, the rest correct"
+    assert last.found == "zeros in bytes 40-99 of the block, the rest correct"
+
+
+def test_a_single_zeroed_byte_is_corruption_not_a_zeroed_range(generator):
+    data = generator.expected(BLOCK_BYTES, 1, 0, 0, 0, 0)
+    data[700] = 0 if data[700] else 1
+    (mismatch,) = find_mismatches(generator, data, 1, 0, 0, 0, 0)
+    assert mismatch.found.startswith("corrupted bytes inside a block with a correct header")
+
+
+def test_zeros_mixed_with_other_damage_are_not_called_zeros(generator):
+    data = generator.expected(BLOCK_BYTES, 1, 0, 0, 0, 0)
+    data[1024:2048] = 0
+    data[3000] ^= 0xFF
+    (mismatch,) = find_mismatches(generator, data, 1, 0, 0, 0, 0)
+    assert mismatch.found.startswith("corrupted bytes inside a block with a correct header (")
+    assert "within bytes 1024-3000 of the block" in mismatch.found
 
 
 @pytest.mark.parametrize(
@@ -100,6 +149,11 @@ def test_classify_zeros_without_header():
     assert classify(np.zeros(100, np.uint8), wanted) == "zeros"
 
 
+def test_classify_says_so_when_a_block_is_right(generator):
+    block = generator.expected(BLOCK_BYTES, 1, 2, 3, 4, 0)
+    assert classify(block, BlockId(2025, 1, 2, 3, 4, 0)) == "the expected payload (nothing wrong)"
+
+
 def test_even_tiny_tensors_differ_from_one_another(generator):
     tiny = [
         generator.expected(8, checkpoint=1, rank=0, file=f, tensor=t, offset=0).tobytes()
@@ -107,3 +161,38 @@ def test_even_tiny_tensors_differ_from_one_another(generator):
         for t in range(3)
     ]
     assert len(set(tiny)) == len(tiny)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 2**40])
+def test_seeds_outside_32_bits_are_refused(seed):
+    with pytest.raises(ValueError, match=rf"payload seed {seed}: must be an integer with 0 <= seed < 2\*\*32"):
+        PayloadGenerator(seed)
+
+
+@pytest.mark.parametrize("checkpoint", [2**30 + 3, 0xFFFFFFFF])
+def test_the_largest_checkpoint_numbers_round_trip_through_the_header(generator, checkpoint):
+    data = generator.expected(BLOCK_BYTES + 1, checkpoint, rank=7, file=8, tensor=9, offset=(1 << 40))
+    assert read_header(data[:BLOCK_BYTES]) == BlockId(2025, checkpoint, 7, 8, 9, 1 << 40)
+    assert find_mismatches(generator, data, checkpoint, 7, 8, 9, 1 << 40) == []
+
+
+def test_fields_beyond_32_bits_are_refused(generator):
+    with pytest.raises(ValueError, match=r"payload checkpoint 4294967296: must be an integer with 0 <= checkpoint"):
+        generator.expected(10, checkpoint=2**32, rank=0, file=0, tensor=0, offset=0)
+
+
+def test_read_header_finds_no_header_in_zeros_or_random_bytes():
+    random_blocks = np.random.default_rng(3).integers(0, 256, (64, BLOCK_BYTES), dtype=np.uint8)
+    assert read_header(np.zeros(BLOCK_BYTES, np.uint8)) is None
+    assert all(read_header(block) is None for block in random_blocks)
+    assert read_header(np.zeros(HEADER_BYTES - 1, np.uint8)) is None
+
+
+def test_generation_from_many_threads_at_once_gives_the_same_bytes(generator):
+    def make(tensor: int) -> bytes:
+        return generator.expected(64 * BLOCK_BYTES + 5, 3, 2, 1, tensor % 4, 0).tobytes()
+
+    with ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(make, range(64)))
+    assert all(made[i] == made[i % 4] for i in range(64))
+    assert len(set(made[:4])) == 4

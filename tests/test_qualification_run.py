@@ -1,47 +1,13 @@
 """The qualification suite end to end, as a user runs it: pytest tests_qual with options, in a subprocess."""
 
 import json
-import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-# Few, larger files: at tiny scales the review layout's 536 files make per-file overhead dominate.
-SMALL = ["--workload", "llama3-8b", "--scale", "0.0003", "--checkpoints-per-pass", "2", "--passes", "2"]
-
-
-def run_suite(*args: str, tests: tuple[str, ...] = ("test_fill.py",)) -> subprocess.CompletedProcess:
-    paths = [str(REPO / "tests_qual" / name) for name in tests]
-    command = [sys.executable, "-m", "pytest", *paths, "-p", "no:cacheprovider", *args]
-    return subprocess.run(command, cwd=REPO, env=user_environment(), capture_output=True, text=True, timeout=600)
-
-
-def user_environment() -> dict[str, str]:
-    """This environment without pytest-xdist's worker variables (pytest-benchmark turns itself off under them)."""
-    return {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_XDIST")}
-
-
-def lenient_drive(path: Path, name: str) -> Path:
-    """local.toml with one limit no working disk misses, so that a busy CI machine cannot fail the run."""
-    local = (REPO / "thresholds" / "local.toml").read_text()
-    path.write_text(
-        local[: local.index("[[limit]]")].replace(
-            'name = "local disk (no drive-specific thresholds)"', f'name = "{name}"'
-        )
-        + """
-[[limit]]
-name = "fill_throughput"
-min = 0.001
-unit = "ratio"
-relative_to = "raw_write"
-source = "test: a thousandth of the raw write"
-"""
-    )
-    return path
+from suite_runs import REPO, SMALL, lenient_drive, run_suite
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +52,7 @@ def test_progress_and_summary_are_printed(small_run):
 def test_junit_carries_every_measurement_with_limit_and_unit(small_run):
     tree = ElementTree.parse(small_run[1] / "qual.xml")
     cases = {case.get("name"): case for case in tree.iter("testcase")}
-    assert set(cases) == {"test_fill_pass[1]", "test_fill_pass[2]", "test_restore"}
+    assert set(cases) == {"test_fill_pass[1]", "test_fill_pass[2]", "test_restore", "verdict"}
     properties = {p.get("name"): p.get("value") for p in cases["test_fill_pass[2]"].iter("property")}
     assert properties["workload"] == "llama3-8b" and properties["engine"] == "stream"
     assert float(properties["scale"]) == 0.0003
@@ -111,8 +77,9 @@ def test_results_json_records_configuration_timings_and_outcomes(small_run):
     assert checkpoint["pass_number"] == 2 and checkpoint["removed_before"] == 0 and len(checkpoint["ranks"]) == 8
     assert checkpoint["seconds"] == max(r["done_s"] for r in checkpoint["ranks"])
     assert {m["measurement"] for m in data["measurements"]} >= {"fill_throughput", "fill_mean_checkpoint_throughput"}
-    assert all(t["outcome"] == "passed" for t in data["tests"].values())
-    assert data["removed"] is True and "torch" in data["environment"]["versions"]
+    assert all(t["outcome"] == "PASS" for t in data["tests"].values())
+    assert data["verdict"] == {"overall": "QUALIFIED", "reasons": []}
+    assert data["cleanup"]["removed"] is True and "torch" in data["environment"]["versions"]
     assert [r["checkpoint"] for r in data["restore"]] == [2, 3]
     assert all(
         r["cached_fraction_before"] < 0.05 and r["bytes"] == data["plan"]["total_bytes"] for r in data["restore"]
@@ -235,4 +202,6 @@ def test_a_drive_file_that_requires_steady_state_fails_a_run_that_cannot_show_it
     )
     assert result.returncode == 1
     failure = next(ElementTree.parse(tmp_path / "q.xml").iter("failure")).get("message")
-    assert "pass 1 NOT_STEADY (SNIA rule, required by the drive file): a single pass has no steady-state" in failure
+    assert (
+        "pass 1 NOT_STEADY: SNIA steady state, required by the drive file: a single pass has no steady-state" in failure
+    )

@@ -3,11 +3,12 @@
 import pytest
 
 from ckptqual.qualification import fill_measurements
+from ckptqual.thresholds import Outcome
 
 pytestmark = pytest.mark.qualification
 
 
-def test_fill_pass(fill_pass, qualification, rounds_runner, benchmark, check, record_property):
+def test_fill_pass(fill_pass, qualification, rounds_runner, benchmark, verdict, record_property):
     """Pass N writes its checkpoints with all ranks at once, within the drive's limits for that pass; the last
     pass reaches the SNIA steady state where the drive file requires it."""
     result = qualification.run_pass(fill_pass, runner=rounds_runner)
@@ -19,15 +20,14 @@ def test_fill_pass(fill_pass, qualification, rounds_runner, benchmark, check, re
         checkpoint_seconds=[c.seconds for c in result.checkpoints],
         **qualification.settings.to_dict(),
     )
-    invalid = result.invalid_reason()
-    if invalid:
-        pytest.fail(f"pass {fill_pass} invalid: {invalid}", pytrace=False)
+    verdict.add(Outcome.INVALID, result.invalid_reason())
+    verdict.judge(fill_measurements(result), **{"pass": fill_pass, "state": "fresh" if fill_pass == 1 else "steady"})
     steady = qualification.steady_state(fill_pass) if fill_pass >= 2 else None
     if steady is not None:
         record_property("fill_steady_state", "STEADY" if steady.reached else "NOT_STEADY")
         record_property("fill_steady_state.reason", steady.reason)
-    check(fill_measurements(result), **{"pass": fill_pass, "state": "fresh" if fill_pass == 1 else "steady"})
     last = fill_pass == qualification.settings.passes
     if last and qualification.settings.require_steady_state and not (steady and steady.reached):
         reason = steady.reason if steady else "a single pass has no steady-state rounds; run --passes 2 or more"
-        pytest.fail(f"pass {fill_pass} NOT_STEADY (SNIA rule, required by the drive file): {reason}", pytrace=False)
+        verdict.add(Outcome.NOT_STEADY, f"SNIA steady state, required by the drive file: {reason}")
+    verdict.conclude()

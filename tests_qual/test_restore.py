@@ -2,10 +2,12 @@
 
 import pytest
 
+from ckptqual.thresholds import Outcome
+
 pytestmark = pytest.mark.qualification
 
 
-def test_restore(qualification, rounds_runner, benchmark, check):
+def test_restore(qualification, rounds_runner, benchmark, verdict):
     """The newest checkpoints come back from the drive, byte for byte, within the drive's restore limit."""
     newest = qualification.newest_checkpoints(qualification.settings.restore_checkpoints)
     results = []
@@ -23,7 +25,7 @@ def test_restore(qualification, rounds_runner, benchmark, check):
         throughput_GBps=throughput,
         **qualification.settings.to_dict(),
     )
-    invalid = [reason for r in results if (reason := r.invalid_reason())]
-    if invalid:
-        pytest.fail(f"restore invalid: {invalid[0]}", pytrace=False)
-    check([("restore_throughput", throughput, "GB/s")])
+    for result in results:
+        verdict.add(Outcome.INVALID, result.invalid_reason())
+    verdict.judge([("restore_throughput", throughput, "GB/s")])
+    verdict.conclude()

@@ -3,13 +3,14 @@
 import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
+from ckptqual.faults import RunError
 from ckptqual.planfile import dump_plan
 from ckptqual.strategies import describe_plan, note_plan
 
 pytestmark = pytest.mark.qualification
 
 
-def test_shard_layouts(qualification, layout_strategy, check):
+def test_shard_layouts(qualification, layout_strategy, verdict):
     """Each generated layout reads back byte for byte and keeps its throughput against a regular twin."""
     run = qualification.settings
     results = []
@@ -34,9 +35,9 @@ def test_shard_layouts(qualification, layout_strategy, check):
         hypothesis_settings(seed(run.layout_seed)(given(layout_strategy)(generated)))()
     judged = [(plan, result) for plan, result in results if result.judged]
     if not judged:
-        pytest.fail(
+        raise RunError(
             f"none of the {len(results)} layouts had 16 MiB or more: nothing to judge; raise --layout-examples",
-            pytrace=False,
+            "not-run",
         )
     worst_plan, worst = min(judged, key=lambda pair: pair[1].ratio)
     qualification.say(
@@ -44,9 +45,10 @@ def test_shard_layouts(qualification, layout_strategy, check):
         f"\nckptqual: to replay it, save this plan to a file and pass --layout-plan FILE:\n"
         f"{dump_plan(worst_plan)}"
     )
-    check(
+    verdict.judge(
         [("layout_throughput_ratio", worst.ratio, "ratio")],
         example=worst.example,
         examples=len(results),
         seed=run.layout_seed,
     )
+    verdict.conclude()

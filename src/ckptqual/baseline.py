@@ -6,11 +6,14 @@ because a shared disk varies about 2x from one run to the next (REFERENCE sectio
 
 from __future__ import annotations
 
+import contextlib
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckptqual import cache, raw
+from ckptqual.faults import RunError
 from ckptqual.ranks import RankPool
 
 
@@ -46,11 +49,13 @@ class Baseline:
         }
 
 
-def measure_baseline(pool: RankPool, directory: Path, total_bytes: int, repeats: int = 3) -> Baseline:
-    """Writes then cold-reads `total_bytes` split over the ranks, `repeats` times; removes its files."""
+def measure_baseline(
+    pool: RankPool, directory: Path, total_bytes: int, remove: Callable[[Path, str], None], repeats: int = 3
+) -> Baseline:
+    """Writes then cold-reads `total_bytes` split over the ranks, `repeats` times; `remove(directory, what)`
+    removes its files after each round."""
     per_rank = -(-total_bytes // pool.ranks)
     baseline = Baseline(per_rank * pool.ranks)
-    directory.mkdir(exist_ok=True)
     options = {"bytes_per_rank": per_rank}
     try:
         for round_number in range(repeats):
@@ -60,8 +65,8 @@ def measure_baseline(pool: RankPool, directory: Path, total_bytes: int, repeats:
             baseline.cached_before_read.append(cache.evict_all(files))
             read = pool.run("raw-read", directory, None, f"raw read {round_number + 1}", options=options)
             baseline.read_GBps.append(read.bytes / read.seconds / 1e9)
-            raw.remove(directory, pool.ranks)
+            remove(directory, f"removing the raw files of round {round_number + 1}")
     finally:
-        raw.remove(directory, pool.ranks)
-        directory.rmdir()
+        with contextlib.suppress(RunError):  # recorded by the remover; never hides the failure that matters
+            remove(directory, "removing the raw files")
     return baseline

@@ -1,4 +1,4 @@
-"""The `ckptqual` command: plan a workload's space, list workloads. pytest stays the main interface."""
+"""The `ckptqual` command: plan a workload's space, list workloads, clean a target. pytest stays the main interface."""
 
 from __future__ import annotations
 
@@ -7,8 +7,22 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from itertools import groupby
+from pathlib import Path
 
 from ckptqual.plan import CheckpointPlan
+from ckptqual.target import (
+    KEPT,
+    LOCK_FILE,
+    TARGET_MARKER,
+    Cleaning,
+    LeftoverRun,
+    Removal,
+    TargetError,
+    clean_target,
+    describe_holder,
+    format_age,
+    format_bytes,
+)
 from ckptqual.workloads import WorkloadError, available_workloads, load_workload
 
 
@@ -72,6 +86,65 @@ def cmd_workloads(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_heading(run: LeftoverRun) -> str:
+    """'ckptqual-run-... (PID 1234 on host h, 2 h old, did not finish)'."""
+    who = f"PID {run.pid} on host {run.host}, " if run.pid is not None else ""
+    status = KEPT if run.kept else "did not finish"
+    return f"{run.path.name} ({who}{format_age(run.age_s)} old, {status})"
+
+
+def _removal_lines(run: LeftoverRun, removal: Removal) -> list[str]:
+    """What was removed from one run directory, then each entry left and why, and each error."""
+    verb, leave = ("would remove", "would leave") if removal.dry_run else ("removed", "left")
+    files = f"{removal.removed_files} file{'' if removal.removed_files == 1 else 's'}"
+    lines = [f"{_run_heading(run)}: {verb} {files}, {format_bytes(removal.removed_bytes)}"]
+    lines += [f"  {leave} {entry.path}: {entry.why}" for entry in removal.left]
+    lines += [f"  error: {error}" for error in removal.errors]
+    return lines
+
+
+def format_cleaning(cleaning: Cleaning) -> str:
+    """The report of `ckptqual clean`: per run directory, then the lock file, the marker and a total."""
+    verb = "would remove" if cleaning.dry_run else "removed"
+    lines = [line for run, removal in cleaning.runs for line in _removal_lines(run, removal)]
+    if cleaning.stale_lock is not None:
+        lines.append(f"{verb} the stale lock file {LOCK_FILE} ({describe_holder(cleaning.stale_lock)})")
+    if cleaning.marker_removed:
+        lines.append(f"{verb} the target marker {TARGET_MARKER}")
+    run_errors = {error for _, removal in cleaning.runs for error in removal.errors}
+    lines += [f"error: {error}" for error in cleaning.errors if error not in run_errors]
+    lines.append(_cleaning_summary(cleaning))
+    return "\n".join(lines)
+
+
+def _cleaning_summary(cleaning: Cleaning) -> str:
+    """'/mnt/x: removed 1.31 GB from 1 run directory; 1 entry left (see above)'."""
+    removed = format_bytes(sum(removal.removed_bytes for _, removal in cleaning.runs))
+    runs = len(cleaning.runs)
+    left = sum(len(removal.left) for _, removal in cleaning.runs)
+    parts = [f"{'would remove' if cleaning.dry_run else 'removed'} {removed} from {runs} run director{_y_ies(runs)}"]
+    if left:
+        parts.append(f"{'would leave' if cleaning.dry_run else 'left'} {left} entr{_y_ies(left)} (see above)")
+    if cleaning.errors:
+        parts.append(f"{len(cleaning.errors)} error{'' if len(cleaning.errors) == 1 else 's'}")
+    if cleaning.dry_run:
+        parts.append("nothing changed (dry run)")
+    elif cleaning.complete:
+        parts.append("everything of ckptqual's is gone")
+    return f"{cleaning.target}: " + "; ".join(parts)
+
+
+def _y_ies(count: int) -> str:
+    return "y" if count == 1 else "ies"
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    """`ckptqual clean TARGET [--dry-run]`: 0 when everything of ckptqual's is gone, 1 when something was left."""
+    cleaning = clean_target(Path(args.target), dry_run=args.dry_run)
+    print(format_cleaning(cleaning))
+    return 0 if cleaning.complete else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, one subparser per subcommand."""
     parser = argparse.ArgumentParser(prog="ckptqual", description=__doc__)
@@ -83,6 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     plan.set_defaults(func=cmd_plan)
     workloads = commands.add_parser("workloads", help="list the shipped workloads and their sizes")
     workloads.set_defaults(func=cmd_workloads)
+    clean = commands.add_parser(
+        "clean",
+        help="remove what earlier runs that did not finish left on a target (only files they recorded as written)",
+    )
+    clean.add_argument("target", help="the directory given as --target")
+    clean.add_argument("--dry-run", action="store_true", help="only print what would be removed and what would be left")
+    clean.set_defaults(func=cmd_clean)
     return parser
 
 
@@ -91,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (UsageError, WorkloadError) as err:
+    except (UsageError, WorkloadError, TargetError) as err:
         print(f"ckptqual {args.command}: {err}", file=sys.stderr)
         return 2
 

@@ -6,28 +6,37 @@ removing the oldest checkpoint before each new one, as a training job with that 
 
 from __future__ import annotations
 
-import errno
-import shutil
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ckptqual.faults import RunError
 from ckptqual.plan import CheckpointPlan
 from ckptqual.ranks import CheckpointTiming, RankFailure, RankPool
 
-# Format overhead per file and per tensor beyond the payload (zip headers, pickle), generously rounded up.
+# Format overhead per file and per tensor beyond the payload, upper bounds. Per file, at worst: six small records
+# (local header, name, 64-byte alignment padding, data descriptor, central entry: under 300 bytes each with their
+# bytes), the pickle's fixed part and the zip64 end records, about 2 KiB. Per tensor, at worst: up to 4,095 bytes
+# padding its data to 4 KiB plus the 4-byte padding field, a local header with zip64 field (74 bytes with its
+# name), a data descriptor (24), a central entry with zip64 field (97 with its name), and its pickle entry (about
+# 150 bytes plus its name): 4.4 KiB for a tensor name up to 700 bytes.
 FILE_OVERHEAD_BYTES = 16 << 10
-TENSOR_OVERHEAD_BYTES = 1 << 10
+TENSOR_OVERHEAD_BYTES = 5 << 10
 # Space left free on the target besides the checkpoints (their format overhead is counted separately).
 RESERVE_BYTES = 8 << 20
 # Payload generation must be at least this many times faster than the checkpoint rate.
 MIN_GENERATOR_HEADROOM = 2.0
 
 
-class FillError(RuntimeError):
-    """A fill pass could not be completed; the message says why."""
+class FillError(RunError):
+    """A fill pass could not be completed; the message says why, the fault whose fault it was."""
+
+
+# Removes one checkpoint directory (only the files the run wrote there); raises RunError if it cannot.
+Remover = Callable[[Path, str], None]
 
 
 @dataclass(frozen=True)
@@ -161,10 +170,12 @@ class FillCampaign:
         pool: RankPool,
         engine: str,
         checkpoints_per_pass: int,
+        remove: Remover,
         on_checkpoint: Callable[[CheckpointRecord, int], None] = lambda record, total: None,
     ) -> None:
         self.root, self.plan, self.pool, self.engine = root, plan, pool, engine
         self.checkpoints_per_pass = checkpoints_per_pass
+        self.remove = remove
         self.on_checkpoint = on_checkpoint
         self.retained: deque[tuple[int, Path]] = deque()
         self.passes: dict[int, PassResult] = {}
@@ -177,7 +188,7 @@ class FillCampaign:
     def run_pass(self, number: int, runner: Callable[..., None] | None = None) -> PassResult:
         """Writes one pass; `runner(fn, setup, rounds)` may drive the rounds (e.g. pytest-benchmark)."""
         if self.failure:
-            raise FillError(f"not run: {self.failure}")
+            raise FillError(f"not run: {self.failure}", "not-run")
         result = PassResult(number)
         pending: list[tuple[int | None, float]] = []
 
@@ -190,9 +201,11 @@ class FillCampaign:
 
         try:
             (runner or run_rounds)(write, setup, self.checkpoints_per_pass)
-        except FillError as error:
-            self.failure = f"pass {number} failed: {error}"
-            raise
+        except RunError as error:
+            self.failure = f"pass {number} failed" + (
+                " (the target ran out of space)" if error.fault == "out-of-space" else ""
+            )
+            raise FillError(str(error), error.fault, error.errno) from error
         self.passes[number] = result
         return result
 
@@ -202,28 +215,33 @@ class FillCampaign:
             return None, 0.0
         checkpoint, directory = self.retained.popleft()
         start = time.monotonic()
-        shutil.rmtree(directory)
+        self.remove(directory, f"removing checkpoint {checkpoint}")
         return checkpoint, time.monotonic() - start
 
     def _write_one(self, number: int, index: int, removed: int | None, remove_s: float) -> CheckpointRecord:
         checkpoint = self._next_checkpoint
         self._next_checkpoint += 1
         directory = self.checkpoint_dir(checkpoint)
-        directory.mkdir()
+        what = f"checkpoint {index}/{self.checkpoints_per_pass} of pass {number} ({directory.name})"
         try:
-            timing = self.pool.write_checkpoint(directory, checkpoint, self.plan.ranks, self.engine)
+            timing = self.pool.write_checkpoint(directory, checkpoint, self.plan.ranks, self.engine, what=what)
         except RankFailure as error:
-            shutil.rmtree(directory, ignore_errors=True)
-            if getattr(error, "errno", None) == errno.ENOSPC:
-                raise FillError(f"the target ran out of space (ENOSPC) in checkpoint {index}: {error}") from error
-            raise FillError(str(error)) from error
+            self._remove_partial(directory, checkpoint)
+            prefix = "the target ran out of space: " if error.fault == "out-of-space" else ""
+            raise FillError(f"{prefix}{error}", error.fault, error.errno) from error
         except BaseException:
-            shutil.rmtree(directory, ignore_errors=True)
+            self._remove_partial(directory, checkpoint)
             raise
         self.retained.append((checkpoint, directory))
         record = _record(number, index, checkpoint, timing, removed, remove_s)
         self.on_checkpoint(record, self.checkpoints_per_pass)
         return record
+
+    def _remove_partial(self, directory: Path, checkpoint: int) -> None:
+        """Removes what a failed checkpoint wrote; a removal that fails too is recorded by the remover, and never
+        hides the failure that matters."""
+        with contextlib.suppress(RunError):
+            self.remove(directory, f"removing the partial checkpoint {checkpoint}")
 
 
 def run_rounds(fn: Callable[[], None], setup: Callable[[], None], rounds: int) -> None:

@@ -6,10 +6,12 @@ same ranks, one right after the other, so that their throughputs compare within 
 
 from __future__ import annotations
 
-import shutil
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
+from ckptqual.faults import RunError
 from ckptqual.plan import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.ranks import RankPool
 from ckptqual.restore import evict_checkpoint
@@ -77,7 +79,17 @@ class LayoutResult:
         }
 
 
-def run_layout(pool: RankPool, root: Path, plan: CheckpointPlan, engine: str, example: int) -> LayoutResult:
+class LayoutSpace(Protocol):
+    """Where layouts are written: the run records a directory's files before writing them, and removes only those."""
+
+    def own(self, directory: Path, files: list[str]) -> None: ...
+
+    def remove(self, directory: Path, what: str) -> None: ...
+
+
+def run_layout(
+    pool: RankPool, root: Path, plan: CheckpointPlan, engine: str, example: int, space: LayoutSpace
+) -> LayoutResult:
     """Writes the regular twin and the odd layout, reads the odd one back cold and verifies every byte.
 
     Raises RankFailure (integrity or I/O) with the file and offset; removes what it wrote either way.
@@ -86,20 +98,24 @@ def run_layout(pool: RankPool, root: Path, plan: CheckpointPlan, engine: str, ex
     regular = regular_layout(odd.total_bytes, pool.ranks)
     checkpoint = _FIRST_CHECKPOINT + 2 * example
     directories = (root / f"layout-{example:03d}-regular", root / f"layout-{example:03d}")
+    names = (f"the regular twin of layout {example}", f"layout {example}")
     order = (0, 1) if example % 2 == 0 else (1, 0)  # alternate which goes first, so neither gains from its turn
     layouts = (regular, odd)
     try:
         times = [0.0, 0.0]
         for number in order:
-            directories[number].mkdir(parents=True)
-            written = pool.write_checkpoint(directories[number], checkpoint + number, layouts[number].ranks, engine)
+            space.own(directories[number], [f.path for rank in layouts[number].ranks for f in rank.files])
+            written = pool.write_checkpoint(
+                directories[number], checkpoint + number, layouts[number].ranks, engine, what=names[number]
+            )
             times[number] = written.seconds
-        shutil.rmtree(directories[0])
+        space.remove(directories[0], f"removing {names[0]}")
         evict_checkpoint(directories[1], odd)
         read = pool.run(
             "read", directories[1], odd.ranks, f"read-back of layout {example}", checkpoint + 1, {"engine": engine}
         )
     finally:
-        for directory in directories:
-            shutil.rmtree(directory, ignore_errors=True)
+        for directory, name in zip(directories, names, strict=True):
+            with contextlib.suppress(RunError):  # recorded by the remover; never hides the failure that matters
+                space.remove(directory, f"removing {name}")
     return LayoutResult(example, odd.total_bytes, odd.file_count, times[1], times[0], read.seconds)

@@ -18,8 +18,9 @@ from ckptqual import gpu
 from ckptqual.fill import RESERVE_BYTES, checkpoint_footprint_bytes
 from ckptqual.plugin import settings
 from ckptqual.qualification import Qualification
+from ckptqual.readers.files import file_names
 from ckptqual.readers.runner import CellResult, SweepRun
-from ckptqual.summary import table, worst_outcome
+from ckptqual.summary import table
 from ckptqual.sweep import (
     SweepConfig,
     SweepOptionError,
@@ -32,6 +33,7 @@ from ckptqual.sweep import (
     plan_cells,
     resolve_sweep,
 )
+from ckptqual.thresholds import Outcome
 
 CELL_FIXTURE = "sweep_cell"
 _CONFIG = pytest.StashKey[SweepConfig]()
@@ -137,14 +139,18 @@ def sweep(qualification: Qualification, request: pytest.FixtureRequest) -> Itera
         record.data["sweep"] = data
         record.save()
 
+    if cufile_log.parent == qualification.run_dir:
+        qualification.declare(".", [cufile_log.name])
+    qualification.declare("sweep", file_names(config.jobs))
     run = SweepRun(
         config,
-        qualification.target.run_dir / "sweep",
+        qualification.run_dir / "sweep",
         seed=qualification.settings.seed,
         host=gpu.probe(),
         say=qualification.say,
         on_change=store,
         cufile_log=cufile_log,
+        run=qualification.space.call,
     )
     request.config.stash[_RUN] = run
     store(run.data)
@@ -168,7 +174,7 @@ def sweep_runner(benchmark) -> Callable[[Callable[[], None], Callable[[], None]]
 
 
 @pytest.fixture
-def sweep_check(sweep: SweepRun, check, record_property) -> Callable[[CellResult], None]:
+def sweep_check(sweep: SweepRun, verdict, record_property) -> Callable[[CellResult], None]:
     """Judges a measured cell: INVALID fails with its reason; else its GiB/s against the drive's limits."""
 
     def judge(result: CellResult) -> None:
@@ -178,20 +184,16 @@ def sweep_check(sweep: SweepRun, check, record_property) -> Callable[[CellResult
             record_property(f"sweep.{key}", f"{value:.6g}" if isinstance(value, float) else value)
         record_property("sweep.direct_io", record["settings"].get("direct_io"))
         if result.invalid_reason:
-            record_property("sweep_read_bandwidth", f"{result.stats.GiBps:.6g}")
-            record_property("sweep_read_bandwidth.unit", "GiB/s")
-            record_property("sweep_read_bandwidth.outcome", "INVALID")
-            sweep.set_outcome(cell, "INVALID")
-            pytest.fail(
-                f"{cell.id} INVALID ({result.stats.GiBps:.3g} GiB/s measured, not judged): {result.invalid_reason}",
-                pytrace=False,
-            )
-        outcome = "FAIL"
+            measured = f"{result.stats.GiBps:.3g} GiB/s measured, not judged"
+            verdict.add(Outcome.INVALID, f"{measured}: {result.invalid_reason}")
+        else:
+            verdict.judge([("sweep_read_bandwidth", result.stats.GiBps, "GiB/s")], **cell.context())
+        outcome = "ERROR"
         try:
-            judgements = check([("sweep_read_bandwidth", result.stats.GiBps, "GiB/s")], **cell.context())
-            outcome = worst_outcome([judgement.outcome for judgement in judgements])
+            outcome = str(verdict.findings.conclusion().outcome)
+            verdict.conclude()
         finally:
-            sweep.set_outcome(cell, outcome)
+            sweep.set_outcome(cell, outcome if verdict.findings.items else "MEASURED")
 
     return judge
 

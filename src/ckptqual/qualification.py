@@ -5,6 +5,7 @@ Knows nothing of pytest: the plugin hands it a `say` function for progress and r
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -12,7 +13,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ckptqual import raw
 from ckptqual.baseline import Baseline, measure_baseline
+from ckptqual.faults import RunError, fault_of_errno, os_error_line
 from ckptqual.fill import CheckpointRecord, FillCampaign, PassResult
 from ckptqual.layouts import LayoutResult, run_layout
 from ckptqual.plan import CheckpointPlan
@@ -21,26 +24,40 @@ from ckptqual.ranks import RankFailure, RankPool
 from ckptqual.restore import RestoreResult, evict_checkpoint
 from ckptqual.results import Judgement, RunRecord, judge
 from ckptqual.settings import RunSettings
+from ckptqual.space import RunSpace
 from ckptqual.steady import SteadyState, steady_state
 from ckptqual.target import DriveIdentity, Target, identify, open_target
 
 
-class RestoreError(RuntimeError):
+class RestoreError(RunError):
     """A restore could not be run or did not read back what was written."""
 
 
-class Qualification:
-    """The state of a run: target, ranks, baseline, fill campaign and the record of what was measured."""
+def new_record(settings: RunSettings) -> RunRecord:
+    """The run's record, begun before anything touches the target, so that even a run that cannot start says why."""
+    record = RunRecord(settings.results)
+    record.data.update(
+        settings=settings.to_dict(),
+        plan=settings.plan.to_dict(),
+        thresholds_drive=settings.thresholds.drive.__dict__,
+        limits=[limit.to_dict() for limit in settings.thresholds.limits],
+        left_on_target=[],
+    )
+    record.save()
+    return record
 
-    def __init__(self, settings: RunSettings, say: Callable[[str], None]) -> None:
-        self.settings, self.say = settings, say
-        self.record = RunRecord(settings.results)
-        self.record.data.update(
-            settings=settings.to_dict(),
-            plan=settings.plan.to_dict(),
-            thresholds_drive=settings.thresholds.drive.__dict__,
-        )
+
+class Qualification:
+    """The state of a run: target, ranks, baseline, fill campaign and the record of what was measured.
+
+    The main process never waits on the drive: the ranks do the timed I/O, and every other change to the target
+    (removals, directories, untimed files) runs through `ops` with a deadline.
+    """
+
+    def __init__(self, settings: RunSettings, record: RunRecord, say: Callable[[str], None]) -> None:
+        self.settings, self.record, self.say = settings, record, say
         self.target: Target = open_target(settings.target, keep=settings.keep)
+        self.space = RunSpace(self.target, timeout_s=settings.rank_timeout_s)
         self.identity: DriveIdentity = identify(self.target.path)
         self.record.data.update(
             target={"path": str(self.target.path), "run_dir": str(self.target.run_dir)}, drive=self.identity.to_dict()
@@ -59,26 +76,67 @@ class Qualification:
         )
         self.pool: RankPool | None = None
         try:
+            self._declare_files()
             self.pool = RankPool(len(plan.ranks), settings.seed, timeout_s=settings.rank_timeout_s)
             self.baseline = self._measure_baseline()
         except BaseException:
             self.close()
             raise
         self.fill = FillCampaign(
-            self.target.run_dir / "checkpoints",
+            self.run_dir / "checkpoints",
             plan,
             self.pool,
             settings.engine,
             settings.checkpoints_per_pass,
+            remove=self.remove,
             on_checkpoint=self._checkpoint_done,
         )
-        self.fill.root.mkdir()
+
+    @property
+    def run_dir(self) -> Path:
+        return self.target.run_dir
+
+    def _declare_files(self) -> None:
+        """Records in the run directory's manifest every file the run will write, before it writes any, and makes
+        the directories the ranks write into (at start: a drive that hangs now hangs before anything is timed)."""
+        files = [spec.path for rank in self.settings.plan.ranks for spec in rank.files]
+        self.space.declare("checkpoints/checkpoint-*", files)
+        self.space.declare("raw", [raw.raw_path(Path(), rank).name for rank in range(len(self.settings.plan.ranks))])
+        self.target.declare("layouts/layout-*", [], listed=True)
+        for name in ("checkpoints", "raw", "layouts"):
+            (self.run_dir / name).mkdir()
+
+    def declare(self, pattern: str, files: list[str]) -> None:
+        """Records files the run is about to write (relative to the directories matching `pattern`)."""
+        self.space.declare(pattern, files)
+
+    def remove(self, directory: Path, what: str) -> None:
+        """Removes what the run wrote in `directory` within the deadline (see RunSpace.remove); recorded."""
+        try:
+            self.space.remove(directory, what)
+        finally:
+            self._sync_space()
+
+    def own(self, directory: Path, files: list[str]) -> None:
+        """Makes `directory` and lists in it the files the run is about to write there."""
+        try:
+            self.space.own(directory, files)
+        finally:
+            self._sync_space()
+
+    def _sync_space(self) -> None:
+        """Copies the space's account (left entries, errors) into the record."""
+        self.record.data["left_on_target"] = list(self.space.left)
+        for error in self.space.errors:
+            if error not in self.record.data["errors"]:
+                self.record.data["errors"].append(error)
+        self.record.save()
 
     def _measure_baseline(self) -> Baseline:
         """Raw sequential write and read on the target, before anything else loads the drive."""
         size = self.settings.baseline_bytes
         self.say(f"ckptqual: measuring raw sequential write and read ({size / 1e9:,.2f} GB x 3) on the target")
-        baseline = measure_baseline(self.pool, self.target.run_dir / "raw", size)
+        baseline = measure_baseline(self.pool, self.run_dir / "raw", size, self.remove)
         self.record.data["baseline"] = baseline.to_dict()
         self.say(
             f"ckptqual: raw sequential write {baseline.raw_write_GBps:.2f} GB/s, read {baseline.raw_read_GBps:.2f}"
@@ -118,7 +176,14 @@ class Qualification:
     def restore(self, checkpoint: int, directory: Path) -> RestoreResult:
         """Reads one checkpoint back cold with every rank at once and verifies every byte; raises RestoreError."""
         plan = self.settings.plan
-        cached = evict_checkpoint(directory, plan)
+        try:
+            cached = evict_checkpoint(directory, plan)
+        except OSError as error:
+            message = f"checkpoint {checkpoint} cannot be read back: {os_error_line(error, 'evict')}"
+            fault = "integrity" if error.errno == errno.ENOENT else fault_of_errno(error.errno)
+            self.record.data["errors"].append(message)
+            self.record.save()
+            raise RestoreError(message, fault, error.errno) from error
         try:
             timing = self.pool.run(
                 "read",
@@ -131,7 +196,7 @@ class Qualification:
         except RankFailure as error:
             self.record.data["errors"].append(str(error))
             self.record.save()
-            raise RestoreError(str(error)) from error
+            raise RestoreError(str(error), error.fault, error.errno) from error
         result = RestoreResult(
             checkpoint,
             timing.bytes,
@@ -152,9 +217,9 @@ class Qualification:
     def newest_checkpoints(self, count: int) -> list[tuple[int, Path]]:
         """The newest `count` kept checkpoints; raises RestoreError when there are none to read."""
         if self.fill.failure:
-            raise RestoreError(f"not run: {self.fill.failure}")
+            raise RestoreError(f"not run: {self.fill.failure}", "not-run")
         if not self.fill.retained:
-            raise RestoreError("not run: no checkpoint has been written (run the fill passes first)")
+            raise RestoreError("not run: no checkpoint has been written (run the fill passes first)", "not-run")
         return list(self.fill.retained)[-count:]
 
     def run_layout(self, plan: CheckpointPlan, example: int) -> LayoutResult:
@@ -162,7 +227,7 @@ class Qualification:
         entry = {"example": example, "plan": json.loads(dump_plan(plan))}
         self.record.data.setdefault("layouts", []).append(entry)
         try:
-            result = run_layout(self.pool, self.target.run_dir / "layouts", plan, self.settings.engine, example)
+            result = run_layout(self.pool, self.run_dir / "layouts", plan, self.settings.engine, example, self)
         except RankFailure as error:
             entry["error"] = str(error)
             self.record.save()
@@ -189,15 +254,31 @@ class Qualification:
         return judgements
 
     def close(self) -> None:
-        """Stops the ranks, writes the results and removes what the run wrote (unless --keep)."""
+        """Stops the ranks, removes what the run wrote (unless --keep) and records truthfully what is left.
+        Never waits on an unresponsive drive beyond the deadline; idempotent."""
+        if self.record.data.get("finished"):
+            return
         try:
             if self.pool is not None:
                 self.pool.close()
+                self._record_abandoned(self.pool.abandoned)
         finally:
+            cleanup = self.space.close()
+            self._record_abandoned(self.space.ops.abandoned)
+            self.record.data["cleanup"] = cleanup
             self.record.data["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            self.record.data["removed"] = not self.settings.keep
+            self._sync_space()
+            if not cleanup["removed"] and not self.settings.keep:
+                why = cleanup.get("why") or next(iter(cleanup.get("errors", [])), "see left_on_target")
+                self.say(
+                    f"ckptqual: the run directory {self.run_dir} was not removed completely ({why}); "
+                    f"once the drive responds, run: {cleanup['fix']}"
+                )
+
+    def _record_abandoned(self, lines: list[str]) -> None:
+        if lines:
+            self.record.data.setdefault("abandoned_processes", []).extend(lines)
             self.record.save()
-            self.target.cleanup()
 
 
 def fill_measurements(result: PassResult) -> list[tuple[str, float, str]]:

@@ -2,7 +2,8 @@
 
 A checkpoint's time runs from the common start until the slowest rank has its files written and
 fsynced, directories included. A rank that dies or hangs fails the checkpoint within a bounded time,
-and every worker is stopped; none is left behind.
+and every worker is stopped; none is left behind, and none can hold the main process: a rank stuck in
+the kernel on a drive that stopped answering is killed and abandoned, not waited for.
 """
 
 from __future__ import annotations
@@ -23,15 +24,18 @@ from typing import Any
 from ckptqual import raw, restore
 from ckptqual.engines import make_engine
 from ckptqual.engines.base import DEFAULT_CHUNK_BYTES, RankIO, fsync_directory, fsync_path
+from ckptqual.faults import RunError, fault_of_errno, on_path, os_error_line
 from ckptqual.payload import PayloadGenerator
 from ckptqual.plan import RankPlan
 
 _STOP_GRACE_S = 5.0
+_TERM_WAIT_S = 0.5
+_KILL_WAIT_S = 2.0  # after SIGKILL: a process still alive then is stuck in the kernel and is abandoned
 _START_TIMEOUT_S = 300.0  # spawning ranks imports torch in each: slow on a loaded host
 
 
-class RankFailure(RuntimeError):
-    """A rank could not finish its part: it raised, died, or ran past the timeout."""
+class RankFailure(RunError):
+    """A rank could not finish its part: it raised, died, or ran past the timeout; `fault` says whose fault."""
 
 
 @dataclass(frozen=True)
@@ -80,23 +84,44 @@ class _Task:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+def directories_to_sync(directory: Path, file_paths: list[str]) -> list[Path]:
+    """Every directory a checkpoint's files create or change: each file's parent up to the checkpoint directory,
+    and the directory that holds the checkpoint directory (it gains its entry); deepest first."""
+    chain = {directory, directory.parent}
+    for relative in file_paths:
+        chain.update((directory / relative).parents)
+    return sorted((d for d in chain if d == directory.parent or directory in (d, *d.parents)), key=_depth, reverse=True)
+
+
+def _depth(path: Path) -> int:
+    return len(path.parts)
+
+
 def _write_files(io: RankIO, task: _Task) -> int:
     """Writes the rank's files of one checkpoint with the task's engine, then fsyncs files and directories.
 
-    Syncing once all files are written, not after each, lets the filesystem batch the journal commits of a
-    rank's many small files; the rank is done only when everything it wrote is durable.
+    The rank creates the directories it needs, so that the main process never waits on the drive. Syncing
+    once all files are written, not after each, lets the filesystem batch the journal commits of a rank's
+    many small files; the rank is done only when everything it wrote is durable, every directory whose
+    entries changed included (the checkpoint's own and the one that holds it).
     """
     engine = make_engine(task.options["engine"])
     directory, plan = Path(task.directory), task.plan
     paths = [directory / spec.path for spec in plan.files]
-    parents = sorted({path.parent for path in paths})
-    for parent in parents:
+    io.stage = "mkdir"
+    directory.mkdir(parents=True, exist_ok=True)
+    for parent in sorted({path.parent for path in paths}):
         parent.mkdir(parents=True, exist_ok=True)
+    io.stage = "write"
     for index, (path, spec) in enumerate(zip(paths, plan.files, strict=True)):
-        engine.write(path, spec, index, io)
+        try:
+            engine.write(path, spec, index, io)
+        except OSError as error:
+            raise on_path(error, path) from None
+    io.stage = "fsync"
     for path in paths:
         fsync_path(path)
-    for parent in parents:
+    for parent in directories_to_sync(directory, [spec.path for spec in plan.files]):
         fsync_directory(parent)
     return plan.nbytes
 
@@ -107,6 +132,8 @@ _OPERATIONS: dict[str, Callable[[RankIO, _Task], int]] = {
     "raw-read": raw.read_sequential,
     "read": restore.read_checkpoint_files,
 }
+# Checks that follow an operation outside its timed region; their reply fields join the operation's.
+_AFTER_TIMING: dict[str, Callable[[RankIO, _Task], dict[str, Any]]] = {"read": restore.load_sample}
 
 
 def _worker(rank: int, seed: int, chunk_bytes: int, conn: Connection, barrier: Any) -> None:
@@ -120,18 +147,69 @@ def _worker(rank: int, seed: int, chunk_bytes: int, conn: Connection, barrier: A
 
 
 def _run_task(io: RankIO, task: _Task, barrier: Any) -> dict[str, Any]:
-    io.checkpoint, io.payload_cpu_s, io.generated_bytes = task.checkpoint, 0.0, 0
+    io.checkpoint, io.payload_cpu_s, io.generated_bytes, io.stage = task.checkpoint, 0.0, 0, task.op
     try:
         barrier.wait()
         start = time.monotonic()
         moved = _OPERATIONS[task.op](io, task)
-        return {"start": start, "end": time.monotonic(), "bytes": moved, "payload_cpu_s": io.payload_cpu_s}
+        reply = {"start": start, "end": time.monotonic(), "bytes": moved, "payload_cpu_s": io.payload_cpu_s}
+        return reply | (_AFTER_TIMING[task.op](io, task) if task.op in _AFTER_TIMING else {})
     except Exception as error:
-        return {
-            "error": f"{type(error).__name__}: {error}",
-            "errno": getattr(error, "errno", None),
-            "trace": traceback.format_exc(),
-        }
+        return _failure_reply(error, io.stage)
+
+
+def _failure_reply(error: Exception, stage: str) -> dict[str, Any]:
+    """What a rank reports of an exception: one line, whose fault it is, and the errno of an I/O error."""
+    if isinstance(error, RunError):
+        return {"error": str(error), "fault": error.fault, "errno": error.errno}
+    if isinstance(error, OSError):
+        return {"error": os_error_line(error, stage), "fault": fault_of_errno(error.errno), "errno": error.errno}
+    if isinstance(error, restore.IntegrityError):
+        return {"error": f"{type(error).__name__}: {error}", "fault": "integrity", "errno": None}
+    return {
+        "error": f"{type(error).__name__}: {error}",
+        "fault": "crash",
+        "errno": None,
+        "trace": traceback.format_exc(),
+    }
+
+
+_STATES = {"D": "waiting in the kernel", "T": "stopped", "t": "stopped", "Z": "exited", "R": "running", "S": "sleeping"}
+
+
+def process_state(pid: int | None) -> str:
+    """The state letter of a process from /proc (R, S, D, T, Z, ...), or "?" where it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, TypeError):
+        return "?"
+    return stat.rpartition(")")[2].split()[0]
+
+
+def _death(proc: mp.process.BaseProcess) -> str:
+    """How a rank process ended, e.g. "(PID 123) was killed by SIGKILL"."""
+    code = proc.exitcode
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"(PID {proc.pid}) was killed by {signal.Signals(-code).name}"
+    return f"(PID {proc.pid}) died (exit code {code})"
+
+
+def end_processes(procs: list[mp.process.BaseProcess]) -> list[str]:
+    """SIGTERM, then SIGKILL, each with a short wait for all at once. A process still there after that is stuck in
+    the kernel: it is no longer tracked, so that neither this call nor interpreter exit waits for it. Returns one
+    line per process abandoned."""
+    for sig, wait_s in ((signal.SIGTERM, _TERM_WAIT_S), (signal.SIGKILL, _KILL_WAIT_S)):
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.kill(proc.pid, sig)
+        deadline = time.monotonic() + wait_s
+        for proc in procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        procs = [proc for proc in procs if proc.is_alive()]
+    for proc in procs:
+        mp.process._children.discard(proc)  # multiprocessing joins its children at exit; this one may never end
+    return [f"{p.name} (PID {p.pid}, {_STATES.get(process_state(p.pid), '?')}) did not end on SIGKILL" for p in procs]
 
 
 class RankPool:
@@ -145,6 +223,7 @@ class RankPool:
         self._procs: list[mp.process.BaseProcess] = []
         self._lock = threading.Lock()
         self.stopped: str | None = None
+        self.abandoned: list[str] = []
         for rank in range(ranks):
             parent, child = context.Pipe()
             proc = context.Process(
@@ -164,11 +243,13 @@ class RankPool:
             raise
 
     def write_checkpoint(
-        self, directory: Path, checkpoint: int, plans: tuple[RankPlan, ...], engine: str
+        self, directory: Path, checkpoint: int, plans: tuple[RankPlan, ...], engine: str, what: str | None = None
     ) -> CheckpointTiming:
-        """Every rank writes its files of one checkpoint into `directory`; raises RankFailure on any failure."""
+        """Every rank writes its files of one checkpoint into `directory` (`what` names it in messages); raises
+        RankFailure on any failure."""
         make_engine(engine)  # an unknown name fails here, not in every worker
-        return self.run("write", directory, plans, f"checkpoint {checkpoint}", checkpoint, {"engine": engine})
+        what = what or f"checkpoint {checkpoint}"
+        return self.run("write", directory, plans, what, checkpoint, {"engine": engine})
 
     def run(
         self,
@@ -181,14 +262,13 @@ class RankPool:
     ) -> CheckpointTiming:
         """Every rank does `op` (on its plan, if any) from a common start; the slowest rank's end is the time."""
         if self.stopped:
-            raise RankFailure(f"not run: the ranks were stopped after {self.stopped}")
+            raise RankFailure(f"not run: the ranks were stopped after {self.stopped}", "not-run")
         plans = plans if plans is not None else (None,) * self.ranks
         if len(plans) != self.ranks:
             raise ValueError(f"plan has {len(plans)} ranks, pool has {self.ranks}")
         with self._lock:
             try:
-                for conn, plan in zip(self._conns, plans, strict=True):
-                    conn.send(_Task(op, checkpoint, str(directory), plan, options or {}))
+                self._send_all(what, [_Task(op, checkpoint, str(directory), plan, options or {}) for plan in plans])
                 replies = self._collect(what)
             except (KeyboardInterrupt, SystemExit):
                 self.close(grace_s=0)
@@ -201,6 +281,19 @@ class RankPool:
             for rank, r in enumerate(replies)
         )
         return CheckpointTiming(timings)
+
+    def _send_all(self, what: str, tasks: list[_Task]) -> None:
+        """Hands every rank its task; a rank that died while idle stops the pool with its rank, PID and exit code."""
+        for rank, proc in enumerate(self._procs):
+            if not proc.is_alive():
+                raise self._stop(f"rank {rank} {_death(proc)} while idle, before {what}", "crash")
+        for rank, (conn, task) in enumerate(zip(self._conns, tasks, strict=True)):
+            try:
+                conn.send(task)
+            except OSError:  # BrokenPipeError: the rank is gone
+                self._procs[rank].join(1.0)
+                reason = f"rank {rank} {_death(self._procs[rank])} while idle, before {what}"
+                raise self._stop(reason, "crash") from None
 
     def _collect(self, what: str, timeout_s: float | None = None) -> list[dict[str, Any]]:
         timeout_s = timeout_s or self.timeout_s
@@ -217,33 +310,45 @@ class RankPool:
                 except (EOFError, OSError):
                     proc.join(1.0)
                 if not proc.is_alive():
-                    raise self._stop(f"rank {rank} died during {what} (exit code {proc.exitcode})")
+                    raise self._stop(f"rank {rank} {_death(proc)} during {what}", "crash")
             if time.monotonic() > deadline:
-                late = [rank for rank, r in enumerate(replies) if r is None]
-                raise self._stop(
-                    f"rank(s) {late} did not finish {what} within {timeout_s:g} s; "
-                    f"raise --rank-timeout if the drive is that slow"
-                )
+                raise self._late([rank for rank, r in enumerate(replies) if r is None], what, timeout_s)
         failed = [(rank, r) for rank, r in enumerate(replies) if "error" in r]
         if failed:
             rank, reply = failed[0]
-            error = RankFailure(f"rank {rank} failed during {what}: {reply['error']}")
-            error.errno = reply.get("errno")  # type: ignore[attr-defined]
-            raise error
+            others = f" (and {len(failed) - 1} more rank(s) failed)" if len(failed) > 1 else ""
+            raise RankFailure(
+                f"rank {rank} failed during {what}: {reply['error']}{others}", reply["fault"], reply.get("errno")
+            )
         return replies  # type: ignore[return-value]
 
-    def _stop(self, reason: str) -> RankFailure:
+    def _late(self, late: list[int], what: str, timeout_s: float) -> RankFailure:
+        """Stops the pool after ranks ran past the timeout; ranks stuck in the kernel mean an unresponsive drive."""
+        states = {rank: process_state(self._procs[rank].pid) for rank in late}
+        stuck = [rank for rank, state in states.items() if state == "D"]
+        shown = ", ".join(f"{rank} ({_STATES.get(state, state)})" for rank, state in states.items())
+        if stuck:
+            reason = (
+                f"the drive did not respond: rank(s) {shown} did not finish {what} within {timeout_s:g} s "
+                f"(--rank-timeout), waiting in the kernel on I/O"
+            )
+            return self._stop(reason, "unresponsive")
+        reason = f"rank(s) {shown} did not finish {what} within {timeout_s:g} s; raise --rank-timeout for a slow drive"
+        return self._stop(reason, "stopped")
+
+    def _stop(self, reason: str, fault: str) -> RankFailure:
         """Stops every rank at once after `reason`; later calls fail with it instead of touching dead ranks."""
         self.stopped = reason
         self.close(grace_s=0)
-        return RankFailure(reason)
+        return RankFailure(reason, fault)
 
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs if p.pid is not None]
 
     def close(self, grace_s: float = _STOP_GRACE_S) -> None:
-        """Stops every rank: politely for `grace_s`, then by force; no process outlives this call."""
+        """Stops every rank: politely for `grace_s`, then by force. A rank that SIGKILL cannot end (stuck in the
+        kernel on an unresponsive drive) is abandoned, not waited for, and named in `abandoned`."""
         for conn in self._conns:
             with contextlib.suppress(OSError, ValueError):
                 conn.send(_Task("stop"))
@@ -251,15 +356,10 @@ class RankPool:
         deadline = time.monotonic() + grace_s
         for proc in self._procs:
             proc.join(max(0.0, deadline - time.monotonic()))
-        for proc in self._procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(1.0)
-            if proc.is_alive():
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.join()
+        self.abandoned += end_processes([proc for proc in self._procs if proc.is_alive()])
         for conn in self._conns:
             conn.close()
+        self._conns = []
 
     def __enter__(self) -> RankPool:
         return self

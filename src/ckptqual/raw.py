@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ckptqual.engines.base import RankIO, fsync_directory
+from ckptqual.faults import on_path
 
 
 class _Task(Protocol):
@@ -27,10 +28,18 @@ def write_sequential(io: RankIO, task: _Task) -> int:
     """Writes `options["bytes_per_rank"]` bytes sequentially, then fsyncs file and directory."""
     directory, size = Path(task.directory), int(task.options["bytes_per_rank"])
     io.generate(io.buffer, file=0, tensor=0, offset=0)
-    with open(raw_path(directory, io.rank), "wb", buffering=0) as file:
-        for offset in range(0, size, io.chunk_bytes):
-            file.write(io.buffer[: min(io.chunk_bytes, size - offset)])
-        os.fsync(file.fileno())
+    io.stage = "mkdir"
+    directory.mkdir(parents=True, exist_ok=True)
+    io.stage = "write"
+    path = raw_path(directory, io.rank)
+    try:
+        with open(path, "wb", buffering=0) as file:
+            for offset in range(0, size, io.chunk_bytes):
+                file.write(io.buffer[: min(io.chunk_bytes, size - offset)])
+            io.stage = "fsync"
+            os.fsync(file.fileno())
+    except OSError as error:
+        raise on_path(error, path) from None
     fsync_directory(directory)
     return size
 
@@ -43,9 +52,3 @@ def read_sequential(io: RankIO, task: _Task) -> int:
         while count := file.readinto(view):
             total += count
     return total
-
-
-def remove(directory: Path, ranks: int) -> None:
-    """Removes the raw files this module wrote."""
-    for rank in range(ranks):
-        raw_path(directory, rank).unlink(missing_ok=True)

@@ -5,6 +5,7 @@ A measurement without a limit is kept and reported but not judged (verdict None)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptqual import __version__
+from ckptqual.faults import os_error_line
 from ckptqual.thresholds import Outcome, Thresholds, Verdict
 
 
@@ -29,6 +31,7 @@ class Judgement:
     context: Mapping[str, Any]
     verdict: Verdict | None = None
     limit: str | None = None
+    limit_number: int | None = None
 
     @property
     def outcome(self) -> str:
@@ -42,6 +45,7 @@ class Judgement:
             "context": dict(self.context),
             "outcome": self.outcome,
             "limit": self.limit,
+            "limit_number": self.limit_number,
         }
         if self.verdict:
             data |= {
@@ -74,6 +78,7 @@ def judge(
             context,
             limit.evaluate(value, unit, baselines=dict(baselines), scale=scale, context=context),
             limit.describe(),
+            limit.number,
         )
         for limit in limits
     ]
@@ -95,10 +100,15 @@ def environment() -> dict[str, Any]:
 
 @dataclass
 class RunRecord:
-    """Everything the results JSON holds, written atomically whenever it changes."""
+    """Everything the results JSON holds, written atomically whenever it changes.
+
+    Saving never raises: a failure (the results disk full, say) is kept in `save_error`, so that it cannot stop
+    the run from cleaning up its target; the verdict then names it.
+    """
 
     path: Path | None
     data: dict[str, Any] = field(default_factory=dict)
+    save_error: str | None = None
 
     def __post_init__(self) -> None:
         self.data.update(
@@ -114,11 +124,21 @@ class RunRecord:
         self.data["measurements"].extend(j.to_dict() for j in judgements)
         self.save()
 
+    def record_test(self, nodeid: str, subject: str, outcome: str, message: str, when: str) -> None:
+        """A test's outcome word and one-line message, what the run's verdict is computed from."""
+        self.data["tests"][nodeid] = {"subject": subject, "outcome": str(outcome), "message": message, "when": when}
+        self.save()
+
     def save(self) -> None:
         """Writes the JSON next to its final name, then renames it into place (never half-written)."""
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(self.data, indent=2, default=str) + "\n")
-        os.replace(temporary, self.path)
+        try:
+            temporary.write_text(json.dumps(self.data, indent=2, default=str) + "\n")
+            os.replace(temporary, self.path)
+            self.save_error = None
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                temporary.unlink(missing_ok=True)
+            self.save_error = f"the results file could not be written: {os_error_line(error, 'write')}"

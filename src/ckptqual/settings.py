@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import resource
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from ckptqual.engines import ENGINES
 from ckptqual.fill import checkpoints_for_fraction, space_problem
 from ckptqual.plan import CheckpointPlan
 from ckptqual.planfile import load_plan
-from ckptqual.target import check_target
+from ckptqual.target import check_target, describe_leftovers
 from ckptqual.thresholds import Thresholds, load_thresholds
 from ckptqual.workloads import Workload, load_workload
 
@@ -28,8 +29,17 @@ DEFAULT_RANK_TIMEOUT_S = 600.0
 BASELINE_MAX_BYTES = 32 << 30
 DEFAULT_LAYOUT_EXAMPLES = 5
 DEFAULT_LAYOUT_MAX_BYTES = 64 << 20
+MAX_PASSES = 100  # SNIA's rule needs at most 25 rounds; more passes than this is a mistake, not a plan
+MAX_LAYOUT_EXAMPLES = 10_000
+MAX_SEED = 2**32 - 1
+# Private memory of one idle rank process (torch imported, buffers allocated), measured: ~150 MiB; with headroom.
+RANK_MEMORY_BYTES = 200 << 20
+_HOST_MEMORY_SHARE = 0.9
 _MEMORY_SHARE = 0.5
 T = TypeVar("T")
+# What a file path gains inside the target: run directory (ckptqual-run-YYYYmmdd-HHMMSS-xxxxxxxx/) and the deepest
+# place a plan's files go (checkpoints/checkpoint-00000/, layouts/layout-000-regular/).
+_RUN_PATH_BYTES = 100
 
 
 class SettingsError(ValueError):
@@ -101,6 +111,7 @@ class RunSettings:
             "checkpoints_per_pass": self.checkpoints_per_pass,
             "passes": self.passes,
             "target": str(self.target) if self.target else None,
+            "results": str(self.results) if self.results else None,
             "keep": self.keep,
             "rank_timeout_s": self.rank_timeout_s,
             "memory_budget_bytes": self.memory_budget_bytes,
@@ -144,17 +155,28 @@ def resolve_settings(options: Options) -> RunSettings:
     checkpoints = _checkpoints_per_pass(options, thresholds, plan, space_at)
     passes = _pick(options.passes, run.passes, DEFAULT_PASSES)
     _at_least_one("--passes", passes)
+    if passes > MAX_PASSES:
+        raise SettingsError(
+            f"--passes {passes}: at most {MAX_PASSES}; the SNIA steady-state rule needs at most 25 rounds, "
+            f"e.g. --passes 3"
+        )
     _at_least_one("--restore-checkpoints", options.restore_checkpoints)
     examples = options.layout_examples
-    if examples is not None and (isinstance(examples, bool) or examples < 0):
-        raise SettingsError(f"--layout-examples {examples!r}: must be a whole number >= 0")
+    if examples is not None and (isinstance(examples, bool) or not 0 <= examples <= MAX_LAYOUT_EXAMPLES):
+        raise SettingsError(f"--layout-examples {examples!r}: must be a whole number from 0 to {MAX_LAYOUT_EXAMPLES}")
+    _check_seed("--seed", options.seed)
+    _check_seed("--layout-seed", options.layout_seed)
+    _check_ranks(plan, workload_name)
+    _check_names(plan, space_at, "--workload")
     if options.restore_checkpoints > checkpoints:
         raise SettingsError(
             f"--restore-checkpoints {options.restore_checkpoints}: only {checkpoints} checkpoints "
             f"are kept; restore at most that many"
         )
-    if not options.rank_timeout_s > 0:
-        raise SettingsError(f"--rank-timeout {options.rank_timeout_s!r}: must be > 0 seconds, e.g. 600")
+    if not (math.isfinite(options.rank_timeout_s) and options.rank_timeout_s > 0):
+        raise SettingsError(f"--rank-timeout {options.rank_timeout_s!r}: must be a number > 0 seconds, e.g. 600")
+    if options.results is not None:
+        _check_results(options.results, target)
     budget = options.memory_budget_bytes or default_memory_budget()
     if budget <= 0:
         raise SettingsError(f"--memory-budget {budget!r}: must be > 0 bytes, e.g. 16G")
@@ -164,7 +186,7 @@ def resolve_settings(options: Options) -> RunSettings:
     layout_bytes = _pick(thresholds.layouts.max_total_bytes, DEFAULT_LAYOUT_MAX_BYTES)
     problem = space_problem(plan, checkpoints, free)  # the raw baseline's files are gone before the fill starts
     if problem:
-        raise SettingsError(f"--target {space_at}: {problem}")
+        raise SettingsError(space_message(space_at, problem))
     return RunSettings(
         thresholds=thresholds,
         workload=workload,
@@ -183,11 +205,17 @@ def resolve_settings(options: Options) -> RunSettings:
         layout_seed=_pick(options.layout_seed, thresholds.layouts.seed, 0),
         layout_max_total_bytes=layout_bytes,
         require_steady_state=bool(thresholds.run.require_steady_state),
-        layout_plan=_layout_plan(options.layout_plan, len(plan.ranks)),
+        layout_plan=_layout_plan(options.layout_plan, len(plan.ranks), space_at),
     )
 
 
-def _layout_plan(path: Path | None, ranks: int) -> CheckpointPlan | None:
+def space_message(where: Path, problem: str) -> str:
+    """The refusal of a run that does not fit, naming what earlier runs left on the target and how to remove it."""
+    leftovers = describe_leftovers(where) if where.is_dir() else None
+    return f"--target {where}: {problem}" + (f"; also, {leftovers}" if leftovers else "")
+
+
+def _layout_plan(path: Path | None, ranks: int, space_at: Path) -> CheckpointPlan | None:
     """The plan file given to replay one layout, validated; it may use at most the run's ranks."""
     if path is None:
         return None
@@ -200,18 +228,88 @@ def _layout_plan(path: Path | None, ranks: int) -> CheckpointPlan | None:
             f"--layout-plan {path}: the layout has {len(plan.ranks)} ranks but the run has {ranks}; "
             f"use a --workload with at least {len(plan.ranks)} ranks"
         )
+    _check_names(plan, space_at, f"--layout-plan {path}")
     return plan
+
+
+def _check_seed(option: str, seed: int | None) -> None:
+    if seed is not None and (isinstance(seed, bool) or not 0 <= seed <= MAX_SEED):
+        raise SettingsError(f"{option} {seed!r}: must be a whole number from 0 to {MAX_SEED}, e.g. {option} 42")
+
+
+def host_rank_capacity() -> int:
+    """How many rank processes this host can run at once: its available memory and its open-file limit."""
+    memory = int(_available_memory_bytes() * _HOST_MEMORY_SHARE) // RANK_MEMORY_BYTES
+    soft_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    files = (soft_files - 64) // 3 if soft_files != resource.RLIM_INFINITY else memory  # a pipe and a sentinel each
+    return max(1, min(memory, files))
+
+
+def _check_ranks(plan: CheckpointPlan, workload: str) -> None:
+    """A plan with more ranks than this host can run would measure the host running out, not the drive."""
+    capacity = host_rank_capacity()
+    if len(plan.ranks) > capacity:
+        raise SettingsError(
+            f"--workload {workload}: {len(plan.ranks)} ranks, but this host can run at most {capacity} "
+            f"({_available_memory_bytes() / 1e9:,.1f} GB of memory available, about "
+            f"{RANK_MEMORY_BYTES >> 20} MiB per rank, {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} open files); "
+            f"use a -subset workload (8 ranks), or spread the ranks over several nodes"
+        )
+
+
+def _check_names(plan: CheckpointPlan, target: Path, option: str) -> None:
+    """Every file name of `plan` must be legal on the target's filesystem (NAME_MAX) inside a run directory."""
+    name_max = os.pathconf(target, "PC_NAME_MAX")
+    path_max = os.pathconf(target, "PC_PATH_MAX")
+    room = path_max - len(str(target.resolve())) - _RUN_PATH_BYTES
+    for rank in plan.ranks:
+        for spec in rank.files:
+            longest = max(spec.path.split("/"), key=len)
+            if len(longest.encode()) > name_max:
+                raise SettingsError(
+                    f"{option}: file {spec.path[:60]!r}... has a name of {len(longest.encode())} bytes, longer than "
+                    f"the {name_max} that {target}'s filesystem allows (NAME_MAX); shorten it"
+                )
+            if len(spec.path.encode()) > room:
+                raise SettingsError(
+                    f"{option}: file {spec.path[:60]!r}... has a path of {len(spec.path.encode())} bytes, longer than "
+                    f"the {room} left under {target} (PATH_MAX {path_max}); shorten it or use a shorter --target"
+                )
+
+
+def _check_results(path: Path, target: Path | None) -> None:
+    """The results file's place must be writable and outside the target (which holds only what ckptqual makes)."""
+    path = path.absolute()
+    if path.is_dir():
+        raise SettingsError(f"--results {path}: is a directory; give a file path, e.g. --results {path}/results.json")
+    if target is not None and target.resolve() in (path.resolve(), *path.resolve().parents):
+        raise SettingsError(
+            f"--results {path}: lies inside the target {target}, which holds only what ckptqual creates and removes; "
+            f"write the results elsewhere, e.g. --results ./results.json"
+        )
+    parent = path.parent
+    if not parent.is_dir():
+        raise SettingsError(f"--results {path}: the directory {parent} does not exist; create it first")
+    if os.statvfs(parent).f_flag & os.ST_RDONLY:
+        raise SettingsError(f"--results {path}: {parent} is on a read-only filesystem; write the results elsewhere")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise SettingsError(f"--results {path}: not writable by this user; write the results elsewhere")
 
 
 def default_memory_budget() -> int:
     """Half of the memory available now: what the ranks of a torch-save run may hold together."""
+    return int(_available_memory_bytes() * _MEMORY_SHARE)
+
+
+def _available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo, else all physical memory."""
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
-                return int(int(line.split()[1]) * 1024 * _MEMORY_SHARE)
+                return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * _MEMORY_SHARE)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _pick(*values: T | None) -> T:

@@ -1,18 +1,9 @@
-"""The terminal summary of a run: per pass, checkpoints, mean and worst seconds, GB/s and verdict."""
+"""The terminal summary of a run, drawn from its record alone: per pass, checkpoints, mean and worst seconds,
+GB/s and the test's outcome word; restore and layouts with theirs; what was left; the verdict."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ckptqual.qualification import Qualification
-
-_ORDER = ("FAIL", "INVALID", "NOT_STEADY", "MARGINAL", "PASS", "MEASURED")
-
-
-def worst_outcome(outcomes: list[str]) -> str:
-    """The most severe of `outcomes` (MEASURED when nothing was judged)."""
-    return min(outcomes, key=_ORDER.index, default="MEASURED")
+from typing import Any
 
 
 def table(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -21,15 +12,22 @@ def table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return [" ".join(str(c).rjust(w) for c, w in zip(row, widths, strict=True)) for row in [headers, *rows]]
 
 
-def summary_lines(qual: Qualification) -> list[str]:
+def _outcomes(data: dict[str, Any]) -> dict[str, str]:
+    """Each test's outcome word by subject ("pass 2", "restore", ...)."""
+    return {test["subject"]: test["outcome"] for test in data.get("tests", {}).values()}
+
+
+def summary_lines(data: dict[str, Any]) -> list[str]:
     """What the run measured and decided, in a few lines."""
-    data = qual.record.data
-    settings = qual.settings
+    settings, drive = data.get("settings", {}), data.get("drive", {})
+    outcomes = _outcomes(data)
     lines = [
-        f"drive {settings.thresholds.drive.name} ({settings.thresholds.path.name}); target {qual.target.path} "
-        f"[{qual.identity.model}, fw {qual.identity.firmware}, {qual.identity.filesystem}]",
-        f"workload {settings.plan.workload} at scale {settings.scale:g} ({settings.plan.total_bytes / 1e9:,.2f} GB "
-        f"per checkpoint), engine {settings.engine}, fsync on, seed {settings.seed}",
+        f"drive {settings.get('drive')} ({settings.get('thresholds_file', '?').rsplit('/', 1)[-1]}); target "
+        f"{data.get('target', {}).get('path', settings.get('target'))} [{drive.get('model', 'unknown')}, "
+        f"fw {drive.get('firmware', 'unknown')}, {drive.get('filesystem', 'unknown')}]",
+        f"workload {settings.get('workload')} at scale {settings.get('scale', 0):g} "
+        f"({data.get('plan', {}).get('total_bytes', 0) / 1e9:,.2f} GB per checkpoint), "
+        f"engine {settings.get('engine')}, fsync on, seed {settings.get('seed')}",
     ]
     if "baseline" in data:
         base = data["baseline"]
@@ -37,22 +35,7 @@ def summary_lines(qual: Qualification) -> list[str]:
             f"raw sequential write {base['raw_write_GBps']:.2f} GB/s, read {base['raw_read_GBps']:.2f} GB/s "
             f"(median of {len(base['write_GBps'])})"
         )
-    rows = []
-    for result in data["passes"]:
-        outcomes = [m["outcome"] for m in data["measurements"] if m["context"].get("pass") == result["pass"]]
-        rows.append(
-            [
-                str(result["pass"]),
-                str(len(result["checkpoints"])),
-                f"{result['seconds_mean']:.2f}",
-                f"{result['seconds_max']:.2f}",
-                f"{result['throughput_GBps']:.2f}",
-                f"{result['mean_checkpoint_GBps']:.2f}",
-                worst_outcome(outcomes),
-            ]
-        )
-    if rows:
-        lines += table(["pass", "ckpts", "mean s", "worst s", "GB/s", "mean GB/s", "verdict"], rows)
+    lines += _pass_rows(data, outcomes)
     if data.get("steady_state"):
         last = max(data["steady_state"], key=int)
         lines.append(
@@ -62,9 +45,68 @@ def summary_lines(qual: Qualification) -> list[str]:
         lines.append(
             f"restore of checkpoint {restored['checkpoint']}: {restored['seconds']:.2f} s, "
             f"{restored['GBps']:.2f} GB/s, every byte verified ({restored['cached_fraction_before']:.1%} "
-            f"cached before)"
+            f"cached before) {outcomes.get('restore', '')}".rstrip()
         )
-    lines += [f"error: {error}" for error in data["errors"]]
-    if settings.results:
-        lines.append(f"results: {settings.results}")
+    if "restore" not in data and "restore" in outcomes:
+        lines.append(f"restore: {outcomes['restore']}")
+    lines += _layout_line(data, outcomes)
+    lines += [f"error: {error}" for error in data.get("errors", [])]
+    lines += _left_lines(data)
+    if data.get("verdict"):
+        verdict = data["verdict"]
+        lines.append(f"verdict: {verdict['overall']}")
+        lines += [f"  {reason}" for reason in verdict["reasons"]]
+    if settings.get("results"):
+        lines.append(f"results: {settings['results']}")
+    return lines
+
+
+def _pass_rows(data: dict[str, Any], outcomes: dict[str, str]) -> list[str]:
+    """One row per pass that has an outcome or a result: a pass that failed or did not run shows its word."""
+    results = {result["pass"]: result for result in data.get("passes", [])}
+    numbers = sorted({*results, *(int(s.split()[1]) for s in outcomes if s.startswith("pass "))})
+    rows = []
+    for number in numbers:
+        result = results.get(number)
+        figures = (
+            [
+                str(len(result["checkpoints"])),
+                f"{result['seconds_mean']:.2f}",
+                f"{result['seconds_max']:.2f}",
+                f"{result['throughput_GBps']:.2f}",
+                f"{result['mean_checkpoint_GBps']:.2f}",
+            ]
+            if result
+            else ["-"] * 5
+        )
+        rows.append([str(number), *figures, outcomes.get(f"pass {number}", "")])
+    if not rows:
+        return []
+    return table(["pass", "ckpts", "mean s", "worst s", "GB/s", "mean GB/s", "outcome"], rows)
+
+
+def _layout_line(data: dict[str, Any], outcomes: dict[str, str]) -> list[str]:
+    judged = [layout for layout in data.get("layouts", []) if layout.get("judged")]
+    if not judged and "shard layouts" not in outcomes:
+        return []
+    text = f"odd shard layouts: {len(data.get('layouts', []))} written and verified"
+    if judged:
+        worst = min(judged, key=lambda layout: layout["ratio"])
+        text += f", slowest ratio {worst['ratio']:.2f} (layout {worst['example']})"
+    return [f"{text} {outcomes.get('shard layouts', '')}".rstrip()]
+
+
+def _left_lines(data: dict[str, Any]) -> list[str]:
+    cleanup = data.get("cleanup")
+    if cleanup is None:
+        return []
+    left = data.get("left_on_target", [])
+    if cleanup.get("removed"):
+        return ["target: everything the run wrote was removed"]
+    errors = cleanup.get("errors", [])
+    why = cleanup.get("why") or (errors[0] + (f" (and {len(errors) - 1} more errors)" if len(errors) > 1 else ""))
+    lines = [f"target: not everything was removed: {why}"]
+    lines += [f"  left {entry['path']}: {entry['why']}" for entry in left[:10]]
+    if cleanup.get("fix"):
+        lines.append(f"  remove ckptqual's leftovers with: {cleanup['fix']}")
     return lines

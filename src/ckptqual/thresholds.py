@@ -28,13 +28,19 @@ class MissingBaselineError(ValueError):
 
 
 class Outcome(StrEnum):
-    """The outcome of a check; NOT_STEADY and INVALID are set by other parts of the suite, not by a limit."""
+    """The outcome of a check or of a whole test. A limit gives PASS, MARGINAL or FAIL; the rest come from the
+    suite: NOT_STEADY (SNIA rule not met), INVALID (the figure measured the host, not the drive), and for a test
+    that did not conclude: ERROR (it broke), SKIPPED, NOT_RUN (an earlier failure), INTERRUPTED."""
 
     PASS = "PASS"
     MARGINAL = "MARGINAL"
     FAIL = "FAIL"
     NOT_STEADY = "NOT_STEADY"
     INVALID = "INVALID"
+    ERROR = "ERROR"
+    SKIPPED = "SKIPPED"
+    NOT_RUN = "NOT_RUN"
+    INTERRUPTED = "INTERRUPTED"
 
 
 # unit -> (kind, factor to the kind's base unit: bytes/s, seconds, or 1 for a ratio)
@@ -249,6 +255,7 @@ class Limit:
     where: Where = ()
     relative_to: str | None = None
     at_full_scale: bool = False
+    number: int = 0  # its place among the file's [[limit]] blocks, from 1
 
     @property
     def bound(self) -> float:
@@ -267,9 +274,15 @@ class Limit:
         text = f"{self.comparator} {_number_text(self.bound)} {self._unit_text()}"
         return f"{text} at full scale" if self.at_full_scale else text
 
+    def title(self) -> str:
+        """The limit in one line for a person: number, measurement, requirement and selection."""
+        where = _where_text(self.to_dict()["where"])
+        return f"limit {self.number} ({self.measurement} {self.describe()}{f' where {where}' if where else ''})"
+
     def to_dict(self) -> dict[str, Any]:
         """The limit as JSON-ready data, keyed like the threshold file (`name` becomes `measurement`)."""
         return {
+            "number": self.number,
             "measurement": self.measurement,
             "min": self.min,
             "max": self.max,
@@ -552,6 +565,7 @@ def _limit(path: Path, index: int, data: Any) -> Limit:
         where=table.get("where", _where(name)) or (),
         relative_to=relative_to,
         at_full_scale=at_full_scale,
+        number=index,
     )
 
 

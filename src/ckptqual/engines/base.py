@@ -20,7 +20,8 @@ DEFAULT_CHUNK_BYTES = 8 << 20
 class RankIO:
     """What one rank needs to write or read its files: payload, identity, a reusable buffer, counters.
 
-    `payload_cpu_s` is the CPU time spent making (writing) or checking (reading) payload.
+    `payload_cpu_s` is the CPU time spent making (writing) or checking (reading) payload; `stage` names the
+    operation under way (mkdir, write, fsync, read), so that an I/O error says what failed.
     """
 
     generator: PayloadGenerator
@@ -29,6 +30,7 @@ class RankIO:
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     payload_cpu_s: float = 0.0
     generated_bytes: int = 0
+    stage: str = "write"
 
     def __post_init__(self) -> None:
         self.buffer = np.empty(self.chunk_bytes, dtype=np.uint8)
@@ -63,18 +65,20 @@ class Engine(Protocol):
 
 
 def fsync_path(path: Path) -> None:
-    """Makes a written file durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Makes a written file durable; an error names the file."""
+    _fsync(path, os.O_RDONLY)
 
 
 def fsync_directory(path: Path) -> None:
-    """Makes the directory entries of files created in `path` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    """Makes the directory entries of files created in `path` durable; an error names the directory."""
+    _fsync(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _fsync(path: Path, flags: int) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, str(path)) from None
     finally:
         os.close(fd)

@@ -7,7 +7,11 @@ from pathlib import Path
 import torch
 
 from ckptqual.engines.base import RankIO
+from ckptqual.engines.torchformat import BYTEORDER, FILE_VERSION, FORMAT_VERSION
+from ckptqual.engines.torchread import ExpectedArchive
 from ckptqual.plan import FilePlan
+
+TORCH_SAVE_ALIGNMENT = 64  # torch.save's default storage alignment (torch.serialization.config.save)
 
 
 class TorchSaveEngine:
@@ -23,3 +27,17 @@ class TorchSaveEngine:
             state[tensor.name] = data
         with open(path, "wb") as file:
             torch.save(state, file)
+
+
+def expected_archive(spec: FilePlan, checkpoint: int, rank: int, file_index: int) -> ExpectedArchive:
+    """What torch.save 2.x writes for one file: its pickle and serialization id are torch's own (CRC-checked, the
+    pickle also by content); the other small records are fixed."""
+    records: dict[str, bytes | None] = {
+        "data.pkl": None,
+        ".format_version": FORMAT_VERSION,
+        ".storage_alignment": str(TORCH_SAVE_ALIGNMENT).encode(),
+        "byteorder": BYTEORDER,
+        "version": FILE_VERSION,
+        ".data/serialization_id": None,
+    }
+    return ExpectedArchive("torch.save", spec.tensors, records, TORCH_SAVE_ALIGNMENT)

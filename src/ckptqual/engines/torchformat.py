@@ -1,8 +1,10 @@
 """The `torch.save` zip format, written record by record so a tensor never has to sit in memory whole.
 
 The archive holds what torch 2.x writes: `data.pkl` (a protocol-2 pickle of a dict of tensors whose
-storages are persistent ids), `byteorder`, `data/<key>` records aligned to 64 bytes, `version`,
-`.format_version`, `.storage_alignment` and `.data/serialization_id`; `torch.load` reads it as its own.
+storages are persistent ids), `.format_version`, `.storage_alignment`, `byteorder`, one `data/<key>` record
+per tensor, `version` and `.data/serialization_id`; `torch.load` reads it as its own. Tensor data starts at
+a multiple of 4 KiB in the file (torch.save aligns to 64 bytes; the format allows any alignment and names it
+in `.storage_alignment`), so a 4 KiB drive sector holds bytes of one payload block only.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import torch
 from ckptqual.plan import TensorSpec
 
 ARCHIVE = "archive"
-ALIGNMENT = 64
+ALIGNMENT = 4096
+FORMAT_VERSION = b"1"
+FILE_VERSION = b"3\n"
+BYTEORDER = b"little"
 _ZIP64_EXTRA_BYTES = 20  # zipfile adds this to a local header written with force_zip64
 _PAD_EXTRA_ID = 0x4246  # "FB", the padding field torch's writer uses
 
@@ -70,6 +75,26 @@ def state_pickle(tensors: tuple[TensorSpec, ...]) -> bytes:
     return buffer.getvalue()
 
 
+def head_records(tensors: tuple[TensorSpec, ...]) -> dict[str, bytes]:
+    """The small records written before the tensor data, in file order, by name under `archive/`."""
+    return {
+        "data.pkl": state_pickle(tensors),
+        ".format_version": FORMAT_VERSION,
+        ".storage_alignment": str(ALIGNMENT).encode(),
+        "byteorder": BYTEORDER,
+    }
+
+
+def tail_records(serialization_id: str) -> dict[str, bytes]:
+    """The small records written after the tensor data, in file order, by name under `archive/`."""
+    return {"version": FILE_VERSION, ".data/serialization_id": serialization_id.encode()}
+
+
+def data_record(index: int) -> str:
+    """The name under `archive/` of tensor `index`'s record (its storage key is its index)."""
+    return f"data/{index}"
+
+
 class TorchZipWriter:
     """Writes one torch-loadable archive to an open binary file, one tensor record at a time."""
 
@@ -77,27 +102,35 @@ class TorchZipWriter:
         self._zip = zipfile.ZipFile(file, "w", compression=zipfile.ZIP_STORED, allowZip64=True)
         self._tensors = tensors
         self._serialization_id = serialization_id
-        self._write_small("data.pkl", state_pickle(tensors))
-        self._write_small(".format_version", b"1")
-        self._write_small(".storage_alignment", str(ALIGNMENT).encode())
-        self._write_small("byteorder", b"little")
+        try:
+            for name, data in head_records(tensors).items():
+                self._write_small(name, data)
+        except BaseException:
+            self.abandon()
+            raise
 
     def _write_small(self, name: str, data: bytes) -> None:
         self._zip.writestr(zipfile.ZipInfo(f"{ARCHIVE}/{name}"), data)
 
     @contextmanager
     def record(self, index: int) -> Iterator[IO[bytes]]:
-        """A writable stream for tensor `index`'s bytes, whose data starts 64-byte aligned in the file."""
-        info = zipfile.ZipInfo(f"{ARCHIVE}/data/{index}")
+        """A writable stream for tensor `index`'s bytes, whose data starts at a multiple of ALIGNMENT in the file."""
+        info = zipfile.ZipInfo(f"{ARCHIVE}/{data_record(index)}")
         info.file_size = self._tensors[index].nbytes
         header_end = self._zip.fp.tell() + 30 + len(info.filename.encode()) + 4 + _ZIP64_EXTRA_BYTES
         pad = -header_end % ALIGNMENT
         info.extra = struct.pack("<HH", _PAD_EXTRA_ID, pad) + b"Z" * pad
         with self._zip.open(info, "w", force_zip64=True) as stream:
             yield stream
+        info.extra = b""  # the padding belongs in the local header only; the central directory stays small, as torch's
 
     def close(self) -> None:
         """Writes the trailing records and the central directory."""
-        self._write_small("version", b"3\n")
-        self._write_small(".data/serialization_id", self._serialization_id.encode())
+        for name, data in tail_records(self._serialization_id).items():
+            self._write_small(name, data)
         self._zip.close()
+
+    def abandon(self) -> None:
+        """Gives up a file whose writing failed: nothing more is written to it, not even later by the garbage
+        collector (ZipFile would try to write its central directory, and fail again, noisily)."""
+        self._zip.fp = None

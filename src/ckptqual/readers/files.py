@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +18,12 @@ from ckptqual.payload import PayloadGenerator, find_mismatches
 
 SWEEP_CHECKPOINT = 0xFFFFFFFF  # marks sweep data in the payload header; fill checkpoints count from 0
 _CHUNK_BYTES = 8 << 20
+ChangeRunner = Callable[..., Any]  # run(what, function, *args): where changes to the target are made
+
+
+def run_here(what: str, function: Callable[..., Any], *args: Any) -> Any:
+    """The plain runner: `function(*args)` in this process."""
+    return function(*args)
 
 
 class DataMismatch(RuntimeError):
@@ -28,24 +35,15 @@ class SweepFiles:
 
     def __init__(self, directory: Path, jobs: int, file_bytes: int, seed: int) -> None:
         self.directory, self.jobs, self.file_bytes = directory, jobs, file_bytes
-        self.paths = [directory / f"sweep-job{job:03d}.bin" for job in range(jobs)]
+        self.paths = [directory / name for name in file_names(jobs)]
         self._payload = PayloadGenerator(seed)
         self.written = False
 
-    def write(self, progress: Callable[[int], None] | None = None) -> None:
-        """Writes every file with its payload, fsyncs it and drops it from the page cache."""
-        self.directory.mkdir(exist_ok=True)
-        chunk = np.empty(min(_CHUNK_BYTES, self.file_bytes), dtype=np.uint8)
-        for job, path in enumerate(self.paths):
-            with open(path, "wb", buffering=0) as file:
-                for offset in range(0, self.file_bytes, chunk.nbytes):
-                    part = chunk[: min(chunk.nbytes, self.file_bytes - offset)]
-                    self._payload.fill(part, SWEEP_CHECKPOINT, job, job, 0, offset)
-                    file.write(part)
-                os.fsync(file.fileno())
-            cache.evict(path)
-            if progress is not None:
-                progress(job + 1)
+    def write(self, run: ChangeRunner = run_here) -> None:
+        """Writes every file with its payload, fsyncs it and drops it from the page cache; `run(what, function,
+        *args)` decides where (the qualification runs it in a helper process with a deadline)."""
+        what = f"writing the sweep files in {self.directory}"
+        run(what, write_files, self.paths, self.file_bytes, self._payload.seed)
         self.written = True
 
     def evict(self) -> None:
@@ -61,10 +59,35 @@ class SweepFiles:
         if bad:
             raise DataMismatch(f"{self.paths[job].name}: block read at offset {offset} holds {bad[0].describe()}")
 
-    def remove(self) -> None:
-        """Removes the files (those that exist) and the directory once empty."""
-        for path in self.paths:
-            path.unlink(missing_ok=True)
-        if self.directory.is_dir() and not any(self.directory.iterdir()):
-            self.directory.rmdir()
+    def remove(self, run: ChangeRunner = run_here) -> None:
+        """Removes the files (those that exist) and the directory once empty; `run` as for `write`."""
+        run(f"removing the sweep files in {self.directory}", remove_files, self.paths, self.directory)
         self.written = False
+
+
+def file_names(jobs: int) -> list[str]:
+    """The sweep's file names, one per job."""
+    return [f"sweep-job{job:03d}.bin" for job in range(jobs)]
+
+
+def write_files(paths: list[Path], file_bytes: int, seed: int) -> None:
+    """Writes each job's file with its payload, fsyncs it and drops it from the page cache."""
+    payload = PayloadGenerator(seed)
+    paths[0].parent.mkdir(exist_ok=True)
+    chunk = np.empty(min(_CHUNK_BYTES, file_bytes), dtype=np.uint8)
+    for job, path in enumerate(paths):
+        with open(path, "wb", buffering=0) as file:
+            for offset in range(0, file_bytes, chunk.nbytes):
+                part = chunk[: min(chunk.nbytes, file_bytes - offset)]
+                payload.fill(part, SWEEP_CHECKPOINT, job, job, 0, offset)
+                file.write(part)
+            os.fsync(file.fileno())
+        cache.evict(path)
+
+
+def remove_files(paths: list[Path], directory: Path) -> None:
+    """Removes the sweep's files that exist, and their directory once empty."""
+    for path in paths:
+        path.unlink(missing_ok=True)
+    if directory.is_dir() and not any(directory.iterdir()):
+        directory.rmdir()

@@ -15,7 +15,7 @@ from typing import Any
 from ckptqual.gpu import HostGpu
 from ckptqual.readers import make_reader
 from ckptqual.readers.base import CellRun, Reader, run_cell
-from ckptqual.readers.files import SweepFiles
+from ckptqual.readers.files import ChangeRunner, SweepFiles, run_here
 from ckptqual.sweep import MAX_CACHED_FRACTION, Cell, CellStats, SweepConfig, cell_stats
 
 _CUFILE_LOG_LINES = 40
@@ -61,10 +61,11 @@ class SweepRun:
         on_change: Callable[[dict[str, Any]], None] = lambda data: None,
         verify: str = "last",
         cufile_log: Path | None = None,
+        run: ChangeRunner = run_here,
     ) -> None:
         if verify not in ("last", "all", "none"):
             raise ValueError(f"verify must be last, all or none, got {verify!r}")
-        self.config, self.host, self.say, self.verify = config, host, say, verify
+        self.config, self.host, self.say, self.verify, self.run = config, host, say, verify, run
         self._on_change = on_change
         self.cufile_log = cufile_log
         self.files = SweepFiles(directory, config.jobs, config.file_bytes, seed)
@@ -175,7 +176,7 @@ class SweepRun:
             f"({size / 1e9:,.2f} GB, untimed) in {self.files.directory}"
         )
         started = time.monotonic()
-        self.files.write()
+        self.files.write(self.run)
         self.data["files"].update(write_s=time.monotonic() - started, removed=False)
         self._changed()
 
@@ -194,7 +195,7 @@ class SweepRun:
     def remove_files(self) -> None:
         """Removes the sweep's files (a later cell writes them again)."""
         had = self.files.written
-        self.files.remove()  # also what a write that failed half-way left
+        self.files.remove(self.run)  # also what a write that failed half-way left
         if had:
             self.data["files"]["removed"] = True
             self._changed()

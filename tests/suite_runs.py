@@ -1,0 +1,117 @@
+"""Running the qualification suite as a user does (pytest tests_qual in a subprocess) and reading what it leaves,
+as a CI gate reads it: the exit code, the JUnit XML and the results JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+# Few, larger files: at tiny scales the review layout's 536 files make per-file overhead dominate.
+SMALL = ["--workload", "llama3-8b", "--scale", "0.0003", "--checkpoints-per-pass", "2", "--passes", "2"]
+
+
+def user_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This environment without pytest-xdist's worker variables (pytest-benchmark turns itself off under them)."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_XDIST")}
+    return {**env, **(extra or {})}
+
+
+def suite_command(*args: str, tests: tuple[str, ...] = ("test_fill.py",)) -> list[str]:
+    paths = [str(REPO / "tests_qual" / name) for name in tests]
+    return [sys.executable, "-m", "pytest", *paths, "-p", "no:cacheprovider", *args]
+
+
+def run_suite(*args: str, tests: tuple[str, ...] = ("test_fill.py",), timeout_s: float = 600):
+    """Runs the suite to its end; returns the CompletedProcess (output captured)."""
+    command = suite_command(*args, tests=tests)
+    return subprocess.run(command, cwd=REPO, env=user_environment(), capture_output=True, text=True, timeout=timeout_s)
+
+
+class LiveSuite:
+    """The suite running in the background, its output going to a file (a process stuck in the kernel keeps a
+    pipe open forever; a file does not hold the test up)."""
+
+    def __init__(self, log: Path, *args: str, tests: tuple[str, ...] = ("test_fill.py",), env=None) -> None:
+        self.log = log
+        with log.open("w") as out:
+            self.process = subprocess.Popen(
+                suite_command(*args, tests=tests),
+                cwd=REPO,
+                env=user_environment(env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_for(self, text: str, timeout_s: float = 300) -> None:
+        """Waits until `text` appears in the output; fails if the run ends or the time passes first."""
+        deadline = time.monotonic() + timeout_s
+        while text not in self.output():
+            if self.process.poll() is not None:
+                raise AssertionError(f"the run ended before printing {text!r}:\n{self.output()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {text!r} within {timeout_s} s:\n{self.output()[-3000:]}")
+            time.sleep(0.05)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def finish(self, timeout_s: float = 300) -> int:
+        """The exit code; a run that does not end within the time fails the test (and is killed)."""
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise AssertionError(f"the run did not end within {timeout_s} s:\n{self.output()[-3000:]}") from None
+
+
+def lenient_drive(path: Path, name: str, extra_limits: str = "") -> Path:
+    """local.toml with one fill limit no working disk misses (plus `extra_limits`), so that a busy CI machine
+    cannot fail the run for speed."""
+    local = (REPO / "thresholds" / "local.toml").read_text()
+    path.write_text(
+        local[: local.index("[[limit]]")].replace(
+            'name = "local disk (no drive-specific thresholds)"', f'name = "{name}"'
+        )
+        + """
+[[limit]]
+name = "fill_throughput"
+min = 0.001
+unit = "ratio"
+relative_to = "raw_write"
+source = "test: a thousandth of the raw write"
+"""
+        + extra_limits
+    )
+    return path
+
+
+def junit_cases(path: Path) -> dict[str, dict[str, Any]]:
+    """Each test case of a JUnit XML by name: its outcome (passed, failure, error, skipped), message, properties."""
+    cases = {}
+    for case in ElementTree.parse(path).iter("testcase"):
+        outcome, message = "passed", ""
+        for kind in ("failure", "error", "skipped"):
+            element = case.find(kind)
+            if element is not None:
+                outcome, message = kind, element.get("message", "")
+        properties = {p.get("name"): p.get("value") for p in case.iter("property")}
+        cases[case.get("name")] = {"outcome": outcome, "message": message, "properties": properties}
+    return cases
+
+
+def suite_properties(path: Path) -> dict[str, str]:
+    """The JUnit XML's suite-level properties."""
+    suite = ElementTree.parse(path).find("testsuite")
+    properties = suite.find("properties")
+    return {p.get("name"): p.get("value") for p in properties.iter("property")} if properties is not None else {}
+
+
+def results(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())

@@ -1,0 +1,134 @@
+"""Test conclusions and the run's overall verdict: every reason kept, failures never hidden, nothing unjudged passes."""
+
+import pytest
+
+from ckptqual.faults import RunError
+from ckptqual.results import Judgement
+from ckptqual.thresholds import Limit, Outcome, Verdict
+from ckptqual.verdict import Findings, Overall, outcome_of_error, overall_verdict, unjudged_limits
+
+
+def judgement(outcome: Outcome, message: str) -> Judgement:
+    return Judgement("fill_throughput", 1.0, "GB/s", {}, Verdict(outcome, 1.0, 2.0, "GB/s", ">=", message), ">= 2", 1)
+
+
+def test_a_test_with_no_findings_passes():
+    assert Findings().conclusion().outcome is Outcome.PASS
+
+
+def test_not_steady_and_a_failed_limit_both_stay_in_the_message():
+    findings = Findings()
+    findings.add_judgements([judgement(Outcome.FAIL, "fill_throughput 1 GB/s < min 2 GB/s")])
+    findings.add(Outcome.NOT_STEADY, "SNIA steady state: range 33% exceeds 20%")
+    conclusion = findings.conclusion()
+    assert conclusion.outcome is Outcome.FAIL and conclusion.failed
+    message = conclusion.message("pass 3")
+    assert "fill_throughput 1 GB/s < min 2 GB/s" in message and "range 33% exceeds 20%" in message
+
+
+def test_not_steady_alone_fails_as_not_steady():
+    findings = Findings()
+    findings.add_judgements([judgement(Outcome.PASS, "fine")])
+    findings.add(Outcome.NOT_STEADY, "not steady")
+    assert findings.conclusion().outcome is Outcome.NOT_STEADY
+    assert findings.conclusion().reasons == ("not steady",)
+
+
+def test_invalid_outranks_a_limit_because_the_figure_does_not_count():
+    findings = Findings()
+    findings.add(Outcome.INVALID, "host-bound")
+    findings.add_judgements([judgement(Outcome.FAIL, "slow")])
+    assert findings.conclusion().outcome is Outcome.INVALID
+
+
+def test_a_marginal_result_passes_with_its_reason():
+    findings = Findings()
+    findings.add_judgements([judgement(Outcome.MARGINAL, "within the band")])
+    conclusion = findings.conclusion()
+    assert conclusion.outcome is Outcome.MARGINAL and not conclusion.failed
+
+
+def test_nothing_found_adds_nothing():
+    findings = Findings()
+    findings.add(Outcome.INVALID, None)
+    assert findings.conclusion().outcome is Outcome.PASS
+
+
+@pytest.mark.parametrize(
+    ("error", "outcome"),
+    [
+        (RunError("EIO", "io-error"), Outcome.FAIL),
+        (RunError("no answer", "unresponsive"), Outcome.FAIL),
+        (RunError("lost a file", "integrity"), Outcome.FAIL),
+        (RunError("not run: pass 1 failed", "not-run"), Outcome.NOT_RUN),
+        (RunError("rank 3 was killed", "crash"), Outcome.ERROR),
+        (TypeError("a bug"), Outcome.ERROR),
+    ],
+)
+def test_a_raised_error_is_the_targets_fault_or_the_runs(error, outcome):
+    assert outcome_of_error(error) is outcome
+
+
+def record(outcome: str, message: str = "") -> dict:
+    return {"subject": "x", "outcome": outcome, "message": message or outcome, "when": "call"}
+
+
+def limit(number: int, measurement: str = "sweep_read_bandwidth") -> Limit:
+    return Limit(measurement, "GiB/s", "review", min=3.78, where=(("transfer", ("gpu-direct",)),), number=number)
+
+
+def test_all_passed_and_every_limit_judged_is_qualified():
+    verdict = overall_verdict({"a": record("PASS"), "b": record("MARGINAL", "b MARGINAL: close")})
+    assert verdict.overall is Overall.QUALIFIED
+    assert verdict.reasons == ("b MARGINAL: close",)
+
+
+def test_a_failure_is_not_qualified_whatever_else_happened():
+    tests = {
+        "a": record("FAIL", "pass 1 FAIL: slow"),
+        "b": record("INVALID"),
+        "c": record("NOT_RUN"),
+        "d": record("PASS"),
+    }
+    verdict = overall_verdict(tests, [limit(1)], "the run was interrupted by SIGTERM")
+    assert verdict.overall is Overall.NOT_QUALIFIED
+    assert verdict.reasons[0] == "pass 1 FAIL: slow"
+    assert "the run was interrupted by SIGTERM" in verdict.reasons
+
+
+def test_invalid_without_failure_is_invalid():
+    assert overall_verdict({"a": record("INVALID"), "b": record("PASS")}).overall is Overall.INVALID
+
+
+def test_not_steady_is_not_qualified():
+    assert overall_verdict({"a": record("NOT_STEADY")}).overall is Overall.NOT_QUALIFIED
+
+
+@pytest.mark.parametrize("outcome", ["ERROR", "NOT_RUN", "INTERRUPTED"])
+def test_a_test_that_did_not_conclude_makes_the_run_incomplete(outcome):
+    assert overall_verdict({"a": record("PASS"), "b": record(outcome)}).overall is Overall.INCOMPLETE
+
+
+def test_a_limit_never_judged_makes_an_all_green_run_incomplete_and_is_named():
+    tests = {"a": record("PASS"), "b": record("SKIPPED", "sweep gpu-direct-1M-128 SKIPPED: needs a GPU")}
+    verdict = overall_verdict(tests, [limit(5)])
+    assert verdict.overall is Overall.INCOMPLETE
+    assert (
+        "limit 5 (sweep_read_bandwidth >= 3.78 GiB/s where transfer=gpu-direct) was never judged" in verdict.reasons[0]
+    )
+    assert "needs a GPU" in verdict.reasons[0]
+
+
+def test_an_interruption_alone_makes_the_run_incomplete():
+    verdict = overall_verdict({"a": record("PASS")}, interruption="the run was interrupted by SIGINT (Ctrl-C)")
+    assert verdict.overall is Overall.INCOMPLETE
+
+
+def test_a_run_without_tests_is_incomplete():
+    assert overall_verdict({}).overall is Overall.INCOMPLETE
+
+
+def test_unjudged_limits_are_those_no_measurement_names():
+    limits = [limit(1), limit(2), limit(3)]
+    measurements = [{"limit_number": 2}, {"limit_number": None}]
+    assert [lim.number for lim in unjudged_limits(limits, measurements)] == [1, 3]
