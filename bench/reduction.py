@@ -34,12 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from ckptqual import payload
-from ckptqual.engines import make_engine
-from ckptqual.engines.base import RankIO
-from ckptqual.engines.torchread import read_table
-from ckptqual.plan import CheckpointPlan
-from ckptqual.workloads import load_workload
+from ckptqual.io import payload
+from ckptqual.io.engines import make_engine
+from ckptqual.io.engines.base import RankIO
+from ckptqual.io.engines.torchread import read_table
+from ckptqual.plan.model import CheckpointPlan
+from ckptqual.plan.workloads import load_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD_REVISION = "7e9bc99e35195077192042d065292f53a3da9a38"  # the last revision with the 8 MiB pool payload

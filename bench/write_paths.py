@@ -21,8 +21,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from ckptqual.layouts import regular_layout
-from ckptqual.ranks import RankPool
+from ckptqual.runs.layouts import regular_layout
+from ckptqual.runs.ranks import RankPool
 
 RANKS = 8
 
@@ -59,10 +59,10 @@ PEAK_RSS = textwrap.dedent(
     """
     import resource, sys
     from pathlib import Path
-    from ckptqual.engines import make_engine
-    from ckptqual.engines.base import RankIO
-    from ckptqual.payload import PayloadGenerator
-    from ckptqual.plan import FilePlan, TensorSpec
+    from ckptqual.io.engines import make_engine
+    from ckptqual.io.engines.base import RankIO
+    from ckptqual.io.payload import PayloadGenerator
+    from ckptqual.plan.model import FilePlan, TensorSpec
     engine, size, path = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
     spec = FilePlan("one.pt", (TensorSpec("x", size, "int8"),))
     make_engine(engine).write(path, spec, 0, RankIO(PayloadGenerator(1), rank=0))

@@ -57,8 +57,8 @@ def checkpoint_space(tmp_path) -> Iterator[Callable[..., tuple]]:
     """A real run space for writing checkpoints of a plan: a locked target (a new directory, or `where`), its run
     directory with the plan's files declared, and the helper that removes them. Returns (space, checkpoints root);
     the space is closed (everything removed) at the end."""
-    from ckptqual.space import RunSpace
-    from ckptqual.target import open_target
+    from ckptqual.host.space import RunSpace
+    from ckptqual.host.target import open_target
 
     spaces = []
 

@@ -16,8 +16,8 @@ import pytest
 
 import ckptqual
 from ckptqual.cli import main
-from ckptqual.target import LOCK_FILE, TARGET_MARKER
-from ckptqual.workloads import available_workloads
+from ckptqual.host.target import LOCK_FILE, TARGET_MARKER
+from ckptqual.plan.workloads import available_workloads
 
 REVIEW_BYTES = 1_635_776_902_656
 
@@ -105,7 +105,7 @@ def test_module_entry_point():
 RUN_IN_CHILD = r"""
 import os, sys
 from pathlib import Path
-from ckptqual.target import open_target
+from ckptqual.host.target import open_target
 target = open_target(Path(sys.argv[1]))
 target.declare("checkpoints/checkpoint-*", ["rank-0/model.pt"])
 directory = target.run_dir / "checkpoints" / "checkpoint-00001" / "rank-0"
@@ -224,7 +224,7 @@ def test_clean_never_touches_an_unmarked_directory(tmp_path, capsys):
 
 
 def test_clean_of_a_kept_run_removes_it(tmp_path, capsys):
-    from ckptqual.target import open_target
+    from ckptqual.host.target import open_target
 
     target = open_target(tmp_path, keep=True)
     target.declare("raw", ["raw-000.bin"])

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from ckptqual.engines import ENGINES, make_engine
-from ckptqual.engines.base import RankIO
-from ckptqual.engines.torchformat import ALIGNMENT
-from ckptqual.fill import FILE_OVERHEAD_BYTES, TENSOR_OVERHEAD_BYTES
-from ckptqual.payload import PayloadGenerator, find_mismatches
-from ckptqual.plan import FilePlan, TensorSpec
+from ckptqual.io.engines import ENGINES, make_engine
+from ckptqual.io.engines.base import RankIO
+from ckptqual.io.engines.torchformat import ALIGNMENT
+from ckptqual.io.payload import PayloadGenerator, find_mismatches
+from ckptqual.plan.model import FilePlan, TensorSpec
+from ckptqual.runs.fill import FILE_OVERHEAD_BYTES, TENSOR_OVERHEAD_BYTES
 
 ODD_FILE = FilePlan(
     "odd.pt",
@@ -92,10 +92,10 @@ PEAK_RSS = textwrap.dedent(
     """
     import resource, sys
     from pathlib import Path
-    from ckptqual.engines import make_engine
-    from ckptqual.engines.base import RankIO
-    from ckptqual.payload import PayloadGenerator
-    from ckptqual.plan import FilePlan, TensorSpec
+    from ckptqual.io.engines import make_engine
+    from ckptqual.io.engines.base import RankIO
+    from ckptqual.io.payload import PayloadGenerator
+    from ckptqual.plan.model import FilePlan, TensorSpec
     size, path = int(sys.argv[1]), Path(sys.argv[2])
     spec = FilePlan("big.pt", (TensorSpec("x", size, "int8"),))
     make_engine("stream").write(path, spec, 0, RankIO(PayloadGenerator(1), rank=0))

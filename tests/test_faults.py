@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckptqual.fill import FillCampaign, FillError
-from ckptqual.plan import CheckpointPlan, FilePlan, RankPlan, TensorSpec
-from ckptqual.ranks import RankFailure, RankPool
-from ckptqual.restore import ReadBackError, _pread_exactly, evict_checkpoint
+from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.runs.fill import FillCampaign, FillError
+from ckptqual.runs.ranks import RankFailure, RankPool
+from ckptqual.runs.restore import ReadBackError, _pread_exactly, evict_checkpoint
 from suite_runs import junit_cases, suite_properties
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def read_back(pool, plan, directory, checkpoint):
 
 
 def data_offset(path: Path, tensor: str) -> int:
-    from ckptqual.engines.torchread import read_table
+    from ckptqual.io.engines.torchread import read_table
 
     return next(t.data_offset for t in read_table(path) if t.name == tensor)
 
@@ -239,7 +239,7 @@ def test_an_interrupted_run_is_an_error_in_the_junit_and_incomplete_in_the_resul
             cases[name]["outcome"] == "error" and "NOT_RUN: not run: the run was interrupted" in cases[name]["message"]
         )
     assert cases["verdict"]["outcome"] == "failure" and "INCOMPLETE" in cases["verdict"]["message"]
-    assert suite_properties(tmp_path / "q.xml")["ckptqual.verdict"] == "INCOMPLETE"
+    assert suite_properties(tmp_path / "q.xml")["ckptqual.limits.verdict"] == "INCOMPLETE"
     assert output.rstrip().splitlines()[-1].startswith("ckptqual verdict: INCOMPLETE: the run was interrupted by")
     results = json.loads((tmp_path / "r.json").read_text())
     assert results["verdict"]["overall"] == "INCOMPLETE"
@@ -252,7 +252,7 @@ def test_an_interrupted_run_is_an_error_in_the_junit_and_incomplete_in_the_resul
 
 
 def restore_result(seconds: float, payload_GBps: float, cached: float = 0.0):
-    from ckptqual.restore import RestoreResult
+    from ckptqual.runs.restore import RestoreResult
 
     return RestoreResult(1, 2_000_000_000, seconds, seconds / 2, cached, payload_GBps, [])
 

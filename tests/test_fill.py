@@ -3,8 +3,11 @@
 import pytest
 import torch
 
-from ckptqual.engines import ENGINES
-from ckptqual.fill import (
+from ckptqual.io.engines import ENGINES
+from ckptqual.io.payload import PayloadGenerator, find_mismatches
+from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.plan.workloads import load_workload
+from ckptqual.runs.fill import (
     CheckpointRecord,
     FillCampaign,
     FillError,
@@ -13,10 +16,7 @@ from ckptqual.fill import (
     checkpoints_for_fraction,
     space_problem,
 )
-from ckptqual.payload import PayloadGenerator, find_mismatches
-from ckptqual.plan import CheckpointPlan, FilePlan, RankPlan, TensorSpec
-from ckptqual.ranks import RankPool
-from ckptqual.workloads import load_workload
+from ckptqual.runs.ranks import RankPool
 
 
 def small_plan() -> CheckpointPlan:

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from ckptqual import restore
-from ckptqual.engines import make_engine
-from ckptqual.engines.base import RankIO
-from ckptqual.payload import PayloadGenerator
-from ckptqual.plan import CheckpointPlan, FilePlan, RankPlan, TensorSpec
-from ckptqual.ranks import RankFailure, RankPool, _Task
+from ckptqual.io.engines import make_engine
+from ckptqual.io.engines.base import RankIO
+from ckptqual.io.payload import PayloadGenerator
+from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.runs import restore
+from ckptqual.runs.ranks import RankFailure, RankPool, _Task
 
 SEED, RANK, CHECKPOINT = 77, 1, 5
 LAYER = FilePlan(
@@ -138,7 +138,7 @@ def test_the_torch_load_sample_rotates_over_every_file():
 
 
 def test_torch_save_writes_exactly_the_records_the_verifier_expects(tmp_path):
-    from ckptqual.engines.torch_save import expected_archive
+    from ckptqual.io.engines.torch_save import expected_archive
 
     path = write_checkpoint(tmp_path, "torch-save") / LAYER.path
     expected = expected_archive(LAYER, CHECKPOINT, RANK, 0)

@@ -15,14 +15,14 @@ import numpy as np
 import torch
 from hypothesis import given
 
-from ckptqual.engines.base import DEFAULT_CHUNK_BYTES, RankIO
-from ckptqual.engines.stream import StreamEngine
-from ckptqual.engines.torch_save import TorchSaveEngine
-from ckptqual.payload import BLOCK_BYTES, PayloadGenerator, find_mismatches
-from ckptqual.plan import CheckpointPlan
-from ckptqual.planfile import dump_plan, load_plan, validate_plan
-from ckptqual.strategies import DeepSpeedLayout, deepspeed_setups, layouts, note_plan
-from ckptqual.workloads import Architecture
+from ckptqual.io.engines.base import DEFAULT_CHUNK_BYTES, RankIO
+from ckptqual.io.engines.stream import StreamEngine
+from ckptqual.io.engines.torch_save import TorchSaveEngine
+from ckptqual.io.payload import BLOCK_BYTES, PayloadGenerator, find_mismatches
+from ckptqual.plan.model import CheckpointPlan
+from ckptqual.plan.planfile import dump_plan, load_plan, validate_plan
+from ckptqual.plan.strategies import DeepSpeedLayout, deepspeed_setups, layouts, note_plan
+from ckptqual.plan.workloads import Architecture
 from hypothesis_profiles import PROFILE
 
 SEED = 20250605

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from ckptqual.payload import (
+from ckptqual.io.payload import (
     BLOCK_BYTES,
     HEADER_BYTES,
     BlockId,

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import zstandard  # in the test extra: pip install -e ".[test]"
 
-from ckptqual.payload import BLOCK_BYTES, PayloadGenerator
+from ckptqual.io.payload import BLOCK_BYTES, PayloadGenerator
 
 SEED = 2025
 CHECKPOINTS = (41, 42)

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from ckptqual.plan import CheckpointPlan, FilePlan, RankPlan, TensorSpec
-from ckptqual.planfile import PlanFileError, dump_plan, load_plan, save_plan, validate_plan
-from ckptqual.workloads import available_workloads, load_workload
+from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.plan.planfile import PlanFileError, dump_plan, load_plan, save_plan, validate_plan
+from ckptqual.plan.workloads import available_workloads, load_workload
 
 SMALL = CheckpointPlan(
     "free",

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from ckptqual.plan import FilePlan, RankPlan, TensorSpec
-from ckptqual.ranks import RankFailure, RankPool
+from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
+from ckptqual.runs.ranks import RankFailure, RankPool
 
 
 def plans(ranks: int, numel: int) -> tuple[RankPlan, ...]:

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 import stand_in
-from ckptqual.gpu import HostGpu
-from ckptqual.readers.base import ReadError, run_cell
-from ckptqual.readers.files import DataMismatch
-from ckptqual.readers.posix import PosixReader
-from ckptqual.readers.runner import SweepRun
-from ckptqual.sweep import Cell, SweepConfig, job_offsets, plan_cells
+from ckptqual.host.gpu import HostGpu
+from ckptqual.io.readers.base import ReadError, run_cell
+from ckptqual.io.readers.posix import PosixReader
+from ckptqual.runs.sweep.cells import Cell, SweepConfig, job_offsets, plan_cells
+from ckptqual.runs.sweep.driver import SweepRun
+from ckptqual.runs.sweep.files import DataMismatch
 
 ROOT = Path(__file__).resolve().parents[1]
 K, M = 1 << 10, 1 << 20
@@ -207,9 +207,9 @@ KVIKIO_CHILD = (
     + """
 import json, sys
 from pathlib import Path
-from ckptqual import gpu
-from ckptqual.readers.runner import SweepRun
-from ckptqual.sweep import SweepConfig, plan_cells
+from ckptqual.host import gpu
+from ckptqual.runs.sweep.driver import SweepRun
+from ckptqual.runs.sweep.cells import SweepConfig, plan_cells
 
 host = gpu.probe()
 config = SweepConfig(block_sizes_bytes=(1 << 20, 8192), threads=(4, 1), jobs=2, batch=4, file_bytes=4 << 20,
@@ -269,7 +269,7 @@ DEVICE_CHILD = (
 import json, mmap, sys
 from pathlib import Path
 import numpy as np
-from ckptqual import gpu
+from ckptqual.host import gpu
 
 
 class HostPosingAsDevice:
@@ -290,8 +290,8 @@ class HostPosingAsDevice:
 
 
 gpu.DeviceMemory = HostPosingAsDevice
-from ckptqual.readers.runner import SweepRun
-from ckptqual.sweep import SweepConfig, plan_cells
+from ckptqual.runs.sweep.driver import SweepRun
+from ckptqual.runs.sweep.cells import SweepConfig, plan_cells
 
 host = gpu.HostGpu(driver_version=12090, gpu_count=1, kvikio_version="test")  # what a GPU host would report
 config = SweepConfig(block_sizes_bytes=(1 << 20, 64 << 10), threads=(4,), jobs=2, batch=4, file_bytes=4 << 20,
@@ -351,7 +351,7 @@ def test_gpu_direct_never_falls_back_to_posix_silently(tmp_path, libcuda_stand_i
 )
 def test_a_gpu_direct_result_counts_only_without_any_posix_fallback(settings, reason):
     pytest.importorskip("kvikio", reason=KVIKIO_MISSING)
-    from ckptqual.readers.kvikio_reader import KvikioReader
+    from ckptqual.io.readers.kvikio_reader import KvikioReader
 
     reader = KvikioReader("gpu-direct")
     reader._settings = settings

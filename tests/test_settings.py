@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptqual.settings import Options, SettingsError, resolve_settings
+from ckptqual.config.run_settings import Options, SettingsError, resolve_settings
 
 
 def resolve(**options) -> object:
@@ -104,8 +104,8 @@ def test_a_results_path_inside_the_target_is_refused(tmp_path, name):
 
 
 def test_a_layout_plan_with_a_file_name_too_long_for_the_filesystem_is_refused(tmp_path):
-    from ckptqual.plan import CheckpointPlan, FilePlan, RankPlan, TensorSpec
-    from ckptqual.planfile import dump_plan
+    from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
+    from ckptqual.plan.planfile import dump_plan
 
     plan = CheckpointPlan("long", (RankPlan(0, (FilePlan("x" * 300 + ".pt", (TensorSpec("t", 8, "int8"),)),)),))
     path = tmp_path / "plan.json"

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from ckptqual.steady import steady_state
+from ckptqual.limits.steady import steady_state
 
 
 def test_flat_series_is_steady():

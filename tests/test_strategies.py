@@ -7,9 +7,9 @@ from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from ckptqual.plan import CheckpointPlan, FilePlan, RankPlan, TensorSpec
-from ckptqual.planfile import load_plan, validate_plan
-from ckptqual.strategies import (
+from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.plan.planfile import load_plan, validate_plan
+from ckptqual.plan.strategies import (
     DTYPES,
     DeepSpeedLayout,
     deepspeed_layouts,
@@ -20,7 +20,7 @@ from ckptqual.strategies import (
     layouts,
     note_plan,
 )
-from ckptqual.workloads import deepspeed_plan, load_workload
+from ckptqual.plan.workloads import deepspeed_plan, load_workload
 from hypothesis_profiles import PROFILE
 
 BOUNDS = {

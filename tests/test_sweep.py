@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 
-from ckptqual.gpu import HostGpu
-from ckptqual.plugin_sweep import summary_lines
-from ckptqual.results import judge
-from ckptqual.sweep import (
+from ckptqual.host.gpu import HostGpu
+from ckptqual.limits.judgement import judge
+from ckptqual.limits.thresholds import TRANSFERS, SweepSettings, load_thresholds
+from ckptqual.pytest_plugin.sweep import summary_lines
+from ckptqual.runs.sweep.cells import (
     DEFAULT_REQUESTS,
     Cell,
     SweepConfig,
@@ -25,7 +26,6 @@ from ckptqual.sweep import (
     requests_per_job,
     resolve_sweep,
 )
-from ckptqual.thresholds import TRANSFERS, SweepSettings, load_thresholds
 
 K, M = 1 << 10, 1 << 20
 

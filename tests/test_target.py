@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ckptqual.target import (
+from ckptqual.host.target import (
     FILE_LIST,
     LOCK_FILE,
     NOT_OURS,
@@ -39,7 +39,7 @@ from ckptqual.target import (
 RUN_IN_CHILD = r"""
 import os, sys
 from pathlib import Path
-from ckptqual.target import open_target
+from ckptqual.host.target import open_target
 try:
     target = open_target(Path(sys.argv[1]))
 except Exception as error:
@@ -346,7 +346,7 @@ def test_removal_travels_between_processes(tmp_path):
     first = write_checkpoint(target.run_dir, 1)
     write(first / "notes.txt")
     result = subprocess.run(
-        [sys.executable, "-m", "ckptqual.target", "remove", str(target.run_dir), "--only", str(first)],
+        [sys.executable, "-m", "ckptqual.host.target", "remove", str(target.run_dir), "--only", str(first)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -457,7 +457,7 @@ def test_the_lock_of_a_killed_run_is_taken_over(tmp_path, child_runs):
 EXCLUSIVE_LOOP = r"""
 import os, sys
 from pathlib import Path
-from ckptqual.target import TargetError, open_target
+from ckptqual.host.target import TargetError, open_target
 target_dir, sentinel, rounds = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 held = 0
 while held < rounds:

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from ckptqual.thresholds import (
+from ckptqual.limits.thresholds import (
     Limit,
     MissingBaselineError,
     Outcome,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptqual import gpu
+from ckptqual.host import gpu
 from suite_runs import (
     REPO,
     SMALL,
@@ -38,7 +38,7 @@ def test_a_qualified_run_says_so_in_every_report(tmp_path):
     assert done.stdout.rstrip().splitlines()[-1] == "ckptqual verdict: QUALIFIED"
     cases = junit_cases(tmp_path / "q.xml")
     assert cases["verdict"]["outcome"] == "passed"
-    assert suite_properties(tmp_path / "q.xml")["ckptqual.verdict"] == "QUALIFIED"
+    assert suite_properties(tmp_path / "q.xml")["ckptqual.limits.verdict"] == "QUALIFIED"
     data = results(tmp_path / "r.json")
     assert data["verdict"] == {"overall": "QUALIFIED", "reasons": []}
     assert {test["subject"]: test["outcome"] for test in data["tests"].values()} == {
@@ -131,8 +131,8 @@ def test_every_directory_a_checkpoint_changes_is_fsynced_by_its_ranks(tmp_path):
             """
             import sys
             from pathlib import Path
-            from ckptqual.plan import FilePlan, RankPlan, TensorSpec
-            from ckptqual.ranks import RankPool
+            from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
+            from ckptqual.runs.ranks import RankPool
             def files(rank):
                 return (FilePlan(f"deep/er/m{rank}.pt", (TensorSpec("w", 5000, "int8"),)),
                         FilePlan(f"top{rank}.pt", (TensorSpec("w", 10, "int8"),)))

@@ -3,9 +3,9 @@
 import pytest
 
 from ckptqual.faults import RunError
-from ckptqual.results import Judgement
-from ckptqual.thresholds import Limit, Outcome, Verdict
-from ckptqual.verdict import Findings, Overall, outcome_of_error, overall_verdict, unjudged_limits
+from ckptqual.limits.judgement import Judgement
+from ckptqual.limits.thresholds import Limit, Outcome, Verdict
+from ckptqual.limits.verdict import Findings, Overall, outcome_of_error, overall_verdict, unjudged_limits
 
 
 def judgement(outcome: Outcome, message: str) -> Judgement:

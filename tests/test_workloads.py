@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from ckptqual.plan import CheckpointPlan
-from ckptqual.workloads import (
+from ckptqual.plan.model import CheckpointPlan
+from ckptqual.plan.workloads import (
     Architecture,
     Parallelism,
     WorkloadError,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ckptqual.qualification import fill_measurements
-from ckptqual.thresholds import Outcome
+from ckptqual.limits.thresholds import Outcome
+from ckptqual.runs.qualification import fill_measurements
 
 pytestmark = pytest.mark.qualification
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ckptqual.thresholds import Outcome
+from ckptqual.limits.thresholds import Outcome
 
 pytestmark = pytest.mark.qualification
 

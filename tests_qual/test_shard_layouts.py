@@ -4,8 +4,8 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
 from ckptqual.faults import RunError
-from ckptqual.planfile import dump_plan
-from ckptqual.strategies import describe_plan, note_plan
+from ckptqual.plan.planfile import dump_plan
+from ckptqual.plan.strategies import describe_plan, note_plan
 
 pytestmark = pytest.mark.qualification
 

@@ -9,8 +9,7 @@ from collections.abc import Iterator, Sequence
 from itertools import groupby
 from pathlib import Path
 
-from ckptqual.plan import CheckpointPlan
-from ckptqual.target import (
+from ckptqual.host.target import (
     KEPT,
     LOCK_FILE,
     TARGET_MARKER,
@@ -23,7 +22,8 @@ from ckptqual.target import (
     format_age,
     format_bytes,
 )
-from ckptqual.workloads import WorkloadError, available_workloads, load_workload
+from ckptqual.plan.model import CheckpointPlan
+from ckptqual.plan.workloads import WorkloadError, available_workloads, load_workload
 
 
 class UsageError(Exception):

@@ -1,0 +1,1 @@
+"""Configuration: the table of settings, drive and workload files, the resolved run settings."""

@@ -1,0 +1,84 @@
+"""The one small interface every checkpoint I/O engine implements, and the state a rank carries."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ckptqual.io.payload import Mismatch, PayloadGenerator, find_mismatches
+from ckptqual.plan.model import FilePlan
+
+DEFAULT_CHUNK_BYTES = 8 << 20
+
+
+@dataclass
+class RankIO:
+    """What one rank needs to write or read its files: payload, identity, a reusable buffer, counters.
+
+    `payload_cpu_s` is the CPU time spent making (writing) or checking (reading) payload; `stage` names the
+    operation under way (mkdir, write, fsync, read), so that an I/O error says what failed.
+    """
+
+    generator: PayloadGenerator
+    rank: int
+    checkpoint: int = 0
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    payload_cpu_s: float = 0.0
+    generated_bytes: int = 0
+    stage: str = "write"
+
+    def __post_init__(self) -> None:
+        self.buffer = np.empty(self.chunk_bytes, dtype=np.uint8)
+        self._expected = np.empty(0, dtype=np.uint8)
+
+    def generate(self, out: np.ndarray, file: int, tensor: int, offset: int) -> None:
+        """Fills `out` with this rank's payload and counts the CPU time it took (not wall time: ranks share cores)."""
+        start = time.thread_time()
+        self.generator.fill(out, self.checkpoint, self.rank, file, tensor, offset)
+        self.payload_cpu_s += time.thread_time() - start
+        self.generated_bytes += out.nbytes
+
+    def verify(self, data: np.ndarray, file: int, tensor: int, offset: int) -> list[Mismatch]:
+        """The blocks of `data` (tensor bytes from `offset`) that differ from this rank's payload; CPU time counted."""
+        start = time.thread_time()
+        if self._expected.nbytes < data.nbytes:  # grows to the largest piece checked, then is reused
+            self._expected = np.empty(max(data.nbytes, self.chunk_bytes), dtype=np.uint8)
+        try:
+            return find_mismatches(
+                self.generator, data, self.checkpoint, self.rank, file, tensor, offset, scratch=self._expected
+            )
+        finally:
+            self.payload_cpu_s += time.thread_time() - start
+
+
+class Engine(Protocol):
+    """Writes one checkpoint file of a plan; the rank makes it durable (fsync) once all its files are written."""
+
+    name: str
+
+    def write(self, path: Path, spec: FilePlan, file_index: int, io: RankIO) -> None: ...
+
+
+def fsync_path(path: Path) -> None:
+    """Makes a written file durable; an error names the file."""
+    _fsync(path, os.O_RDONLY)
+
+
+def fsync_directory(path: Path) -> None:
+    """Makes the directory entries of files created in `path` durable; an error names the directory."""
+    _fsync(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _fsync(path: Path, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, str(path)) from None
+    finally:
+        os.close(fd)

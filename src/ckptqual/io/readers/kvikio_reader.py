@@ -1,0 +1,186 @@
+"""KvikIO read engine for the three transfer types (REFERENCE sections 4 and 5).
+
+- `gpu-direct`: into GPU memory with cuFile (GDS). KvikIO's compat mode is OFF, so KvikIO either uses cuFile
+  or raises; its `gds_threshold` is lowered to 4 KiB so that no request is sent down the POSIX path for being
+  small. The result does not count (INVALID) if KvikIO still preferred compat mode, or if cuFile itself may
+  fall back to POSIX (cufile.json `allow_compat_mode`), the silent fallback gds_stats would show as `posix`.
+- `cpu-gpu`: into GPU memory in KvikIO's compat mode: POSIX reads into pinned bounce buffers, then copies.
+- `cpu-only`: into page-aligned host memory in compat mode, O_DIRECT (`auto_direct_io_read`).
+
+Every cell runs inside `kvikio.defaults.set(...)`: `num_threads` = the cell's threads (its I/O depth) and
+`task_size` = its block, so each request is one task of one block. KvikIO needs the CUDA driver library for
+any I/O, even into host memory; this module never loads one itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ckptqual.host import gpu
+from ckptqual.io.readers.base import HostBuffers
+from ckptqual.limits.thresholds import TRANSFERS
+from ckptqual.runs.sweep.cells import ALIGN_BYTES, Cell
+
+
+class _Pending:
+    def __init__(self, future: Any, issued: int) -> None:
+        self._future, self._issued = future, issued
+
+    def wait(self) -> tuple[int, int, int]:
+        count = self._future.get()
+        return count, self._issued, time.perf_counter_ns()
+
+
+class KvikioReader:
+    """One transfer type through KvikIO; KvikIO's settings apply from open() to close()."""
+
+    engine = "kvikio"
+
+    def __init__(self, transfer: str) -> None:
+        if transfer not in TRANSFERS:
+            raise ValueError(f"unknown transfer {transfer!r}; use one of {', '.join(TRANSFERS)}")
+        self.transfer = transfer
+        self._stack = contextlib.ExitStack()
+        self._files: list[Any] = []
+        self._host: HostBuffers | None = None
+        self._device: gpu.DeviceMemory | None = None
+        self._registered = False
+        self._register_problem: str | None = None
+        self._settings: dict[str, Any] = {}
+        self._slots = 0
+        self._block = 0
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.transfer != "cpu-only"
+
+    def open(self, paths: Sequence[Path], cell: Cell) -> None:
+        import kvikio
+        import kvikio.defaults
+
+        self._slots, self._block = cell.slots, cell.block_bytes
+        config: dict[str, Any] = {
+            "num_threads": cell.threads,
+            "task_size": cell.block_bytes,
+            "auto_direct_io_read": True,
+            "compat_mode": kvikio.CompatMode.OFF if self.transfer == "gpu-direct" else kvikio.CompatMode.ON,
+        }
+        if self.transfer == "gpu-direct":
+            config["gds_threshold"] = ALIGN_BYTES
+        self._stack.enter_context(kvikio.defaults.set(config))
+        count = cell.jobs * cell.slots
+        if self.on_gpu:
+            self._device = gpu.DeviceMemory(count * cell.block_bytes)
+            if self.transfer == "gpu-direct":
+                self._register(kvikio)
+        else:
+            self._host = HostBuffers(count, cell.block_bytes)
+        for path in paths:
+            self._files.append(self._open_file(kvikio, path))
+        self._settings = self._effective(kvikio)
+
+    def _open_file(self, kvikio: Any, path: Path) -> Any:
+        try:
+            return kvikio.CuFile(path, "r")
+        except RuntimeError as error:
+            if self.transfer != "gpu-direct":
+                raise
+            raise RuntimeError(
+                f"gpu-direct: KvikIO cannot read {path.name} with cuFile (compat mode is off, so it does not fall "
+                f"back to POSIX): {error}"
+            ) from error
+
+    def _register(self, kvikio: Any) -> None:
+        """Registers the device buffers with cuFile, as gdsio does; a refusal is recorded, not fatal."""
+        try:
+            kvikio.memory_register(self._device.view(0, self._device.nbytes))
+            self._registered = True
+        except Exception as error:
+            self._register_problem = f"cuFileBufRegister failed ({error}); reading into unregistered buffers"
+
+    def _effective(self, kvikio: Any) -> dict[str, Any]:
+        get = kvikio.defaults.get
+        settings: dict[str, Any] = {
+            "engine": self.engine,
+            "kvikio_version": kvikio.__version__,
+            "threads": int(get("num_threads")),
+            "task_size": int(get("task_size")),
+            "compat_mode": kvikio.CompatMode(get("compat_mode")).name,
+            "compat_mode_preferred": bool(kvikio.defaults.is_compat_mode_preferred()),
+            "gds_threshold": int(get("gds_threshold")),
+            "bounce_buffer_size": int(get("bounce_buffer_size")),
+            "auto_direct_io_read": bool(get("auto_direct_io_read")),
+            "direct_io": all(file.is_direct_io_supported() for file in self._files),
+            "memory": "device" if self.on_gpu else "host",
+        }
+        if self.transfer == "gpu-direct":
+            import kvikio.cufile_driver
+
+            settings |= {
+                "cufile_allow_compat_mode": bool(kvikio.cufile_driver.get("allow_compat_mode")),
+                "gds_available": bool(kvikio.cufile_driver.get("is_gds_available")),
+                "nvidia_fs_loaded": gpu.nvidia_fs_loaded(),
+                "buffers_registered": self._registered,
+                "register_problem": self._register_problem,
+            }
+        return settings
+
+    def submit(self, job: int, slot: int, offset: int) -> _Pending:
+        index = job * self._slots + slot
+        if self._device is not None:
+            buffer = self._device.view(index * self._block, self._block)
+        else:
+            buffer = self._host.view(index)
+        issued = time.perf_counter_ns()
+        return _Pending(self._files[job].pread(buffer, self._block, offset, self._block), issued)
+
+    def host_copy(self, job: int, slot: int) -> np.ndarray:
+        index = job * self._slots + slot
+        if self._device is not None:
+            return self._device.to_host(index * self._block, self._block)
+        return self._host.view(index)
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self._settings)
+
+    def invalid_reason(self) -> str | None:
+        """Why a gpu-direct result does not count as GPU Direct Storage (None for the other types)."""
+        if self.transfer != "gpu-direct":
+            return None
+        settings = self._settings
+        if settings.get("compat_mode_preferred"):
+            return "KvikIO ran in compat mode (POSIX reads and bounce buffers), not GDS"
+        if not settings.get("gds_available", False):
+            return "cuFile reports GDS unavailable: its reads fall back to POSIX"
+        if settings.get("cufile_allow_compat_mode"):
+            return (
+                "cuFile may have fallen back to POSIX silently (allow_compat_mode is on); set "
+                '"allow_compat_mode": false in the cufile.json named by CUFILE_ENV_PATH_JSON, so that a fallback '
+                "fails instead of counting as GDS"
+            )
+        return None
+
+    def close(self) -> None:
+        try:
+            for file in self._files:
+                file.close()
+            self._files = []
+            if self._registered:
+                import kvikio
+
+                kvikio.memory_deregister(self._device.view(0, self._device.nbytes))
+                self._registered = False
+        finally:
+            if self._device is not None:
+                self._device.close()
+                self._device = None
+            if self._host is not None:
+                self._host.close()
+                self._host = None
+            self._stack.close()

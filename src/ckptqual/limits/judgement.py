@@ -1,0 +1,75 @@
+"""Judgements: a measured value against every declared limit that selects it.
+
+A measurement without a limit is kept and reported but not judged (verdict None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ckptqual.limits.thresholds import Thresholds, Verdict
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One measured value, its context (pass, cell, ...) and the verdict of each limit that applies."""
+
+    measurement: str
+    value: float
+    unit: str
+    context: Mapping[str, Any]
+    verdict: Verdict | None = None
+    limit: str | None = None
+    limit_number: int | None = None
+
+    @property
+    def outcome(self) -> str:
+        return self.verdict.outcome.value if self.verdict else "MEASURED"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {
+            "measurement": self.measurement,
+            "value": self.value,
+            "unit": self.unit,
+            "context": dict(self.context),
+            "outcome": self.outcome,
+            "limit": self.limit,
+            "limit_number": self.limit_number,
+        }
+        if self.verdict:
+            data |= {
+                "judged_value": self.verdict.measured,
+                "limit_value": self.verdict.limit,
+                "limit_unit": self.verdict.unit,
+                "message": self.verdict.message,
+            }
+        return data
+
+
+def judge(
+    thresholds: Thresholds,
+    measurement: str,
+    value: float,
+    unit: str,
+    context: Mapping[str, Any],
+    baselines: Mapping[str, float],
+    scale: float,
+) -> list[Judgement]:
+    """The judgements of one measured value under every limit of the threshold file that applies to it."""
+    limits = thresholds.limits_for(measurement, context)
+    if not limits:
+        return [Judgement(measurement, value, unit, context)]
+    return [
+        Judgement(
+            measurement,
+            value,
+            unit,
+            context,
+            limit.evaluate(value, unit, baselines=dict(baselines), scale=scale, context=context),
+            limit.describe(),
+            limit.number,
+        )
+        for limit in limits
+    ]

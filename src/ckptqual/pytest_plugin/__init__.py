@@ -1,0 +1,1 @@
+"""pytest wiring only: options, fixtures and hooks of the ckptqual plugin."""

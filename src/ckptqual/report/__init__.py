@@ -1,0 +1,1 @@
+"""The run record and every view of it."""

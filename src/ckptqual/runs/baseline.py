@@ -1,0 +1,73 @@
+"""Raw sequential write and read on the target at the start of a run: the yardstick of relative limits.
+
+Measured with the same ranks and chunk size as the checkpoints, repeated, and summarised by the median,
+because a shared disk varies about 2x from one run to the next (REFERENCE section 6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ckptqual.faults import RunError
+from ckptqual.host import cache
+from ckptqual.runs import raw
+from ckptqual.runs.ranks import RankPool
+
+
+@dataclass
+class Baseline:
+    """Raw sequential rates measured on the target (GB/s, 1e9 bytes per second)."""
+
+    bytes_per_round: int
+    write_GBps: list[float] = field(default_factory=list)
+    read_GBps: list[float] = field(default_factory=list)
+    cached_before_read: list[float] = field(default_factory=list)
+
+    @property
+    def raw_write_GBps(self) -> float:
+        return statistics.median(self.write_GBps)
+
+    @property
+    def raw_read_GBps(self) -> float:
+        return statistics.median(self.read_GBps)
+
+    def as_baselines(self) -> dict[str, float]:
+        """The values that limits with `relative_to` refer to, in bytes per second."""
+        return {"raw_write": self.raw_write_GBps * 1e9, "raw_read": self.raw_read_GBps * 1e9}
+
+    def to_dict(self) -> dict:
+        return {
+            "bytes_per_round": self.bytes_per_round,
+            "write_GBps": self.write_GBps,
+            "read_GBps": self.read_GBps,
+            "cached_fraction_before_read": self.cached_before_read,
+            "raw_write_GBps": self.raw_write_GBps,
+            "raw_read_GBps": self.raw_read_GBps,
+        }
+
+
+def measure_baseline(
+    pool: RankPool, directory: Path, total_bytes: int, remove: Callable[[Path, str], None], repeats: int = 3
+) -> Baseline:
+    """Writes then cold-reads `total_bytes` split over the ranks, `repeats` times; `remove(directory, what)`
+    removes its files after each round."""
+    per_rank = -(-total_bytes // pool.ranks)
+    baseline = Baseline(per_rank * pool.ranks)
+    options = {"bytes_per_rank": per_rank}
+    try:
+        for round_number in range(repeats):
+            written = pool.run("raw-write", directory, None, f"raw write {round_number + 1}", options=options)
+            baseline.write_GBps.append(written.bytes / written.seconds / 1e9)
+            files = [raw.raw_path(directory, rank) for rank in range(pool.ranks)]
+            baseline.cached_before_read.append(cache.evict_all(files))
+            read = pool.run("raw-read", directory, None, f"raw read {round_number + 1}", options=options)
+            baseline.read_GBps.append(read.bytes / read.seconds / 1e9)
+            remove(directory, f"removing the raw files of round {round_number + 1}")
+    finally:
+        with contextlib.suppress(RunError):  # recorded by the remover; never hides the failure that matters
+            remove(directory, "removing the raw files")
+    return baseline

@@ -1,0 +1,268 @@
+"""Fill passes: checkpoint after checkpoint until the fill target, pass after pass, oldest removed first.
+
+Pass 1 fills the drive with `checkpoints_per_pass` checkpoints; each later pass writes as many again,
+removing the oldest checkpoint before each new one, as a training job with that retention limit would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ckptqual.faults import RunError
+from ckptqual.plan.model import CheckpointPlan
+from ckptqual.runs.ranks import CheckpointTiming, RankFailure, RankPool
+
+# Format overhead per file and per tensor beyond the payload, upper bounds. Per file, at worst: six small records
+# (local header, name, 64-byte alignment padding, data descriptor, central entry: under 300 bytes each with their
+# bytes), the pickle's fixed part and the zip64 end records, about 2 KiB. Per tensor, at worst: up to 4,095 bytes
+# padding its data to 4 KiB plus the 4-byte padding field, a local header with zip64 field (74 bytes with its
+# name), a data descriptor (24), a central entry with zip64 field (97 with its name), and its pickle entry (about
+# 150 bytes plus its name): 4.4 KiB for a tensor name up to 700 bytes.
+FILE_OVERHEAD_BYTES = 16 << 10
+TENSOR_OVERHEAD_BYTES = 5 << 10
+# Space left free on the target besides the checkpoints (their format overhead is counted separately).
+RESERVE_BYTES = 8 << 20
+# Payload generation must be at least this many times faster than the checkpoint rate.
+MIN_GENERATOR_HEADROOM = 2.0
+
+
+class FillError(RunError):
+    """A fill pass could not be completed; the message says why, the fault whose fault it was."""
+
+
+# Removes one checkpoint directory (only the files the run wrote there); raises RunError if it cannot.
+Remover = Callable[[Path, str], None]
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """One written checkpoint: when it finished, on each rank, and how fast."""
+
+    pass_number: int
+    index: int
+    checkpoint: int
+    seconds: float
+    first_done_s: float
+    bytes: int
+    generated_GBps: float
+    removed_before: int | None
+    remove_s: float
+    ranks: list[dict] = field(default_factory=list)
+
+    @property
+    def GBps(self) -> float:
+        return self.bytes / self.seconds / 1e9
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "GBps": self.GBps}
+
+
+@dataclass
+class PassResult:
+    """The checkpoints of one pass and what they add up to."""
+
+    number: int
+    checkpoints: list[CheckpointRecord] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        return sum(c.bytes for c in self.checkpoints)
+
+    @property
+    def seconds(self) -> float:
+        return sum(c.seconds for c in self.checkpoints)
+
+    @property
+    def throughput_GBps(self) -> float:
+        """Total bytes / total time."""
+        return self.bytes / self.seconds / 1e9
+
+    @property
+    def mean_checkpoint_GBps(self) -> float:
+        """The mean of per-checkpoint rates (differs from total bytes / total time when times vary)."""
+        return sum(c.GBps for c in self.checkpoints) / len(self.checkpoints)
+
+    @property
+    def seconds_mean(self) -> float:
+        return self.seconds / len(self.checkpoints)
+
+    @property
+    def seconds_max(self) -> float:
+        return max(c.seconds for c in self.checkpoints)
+
+    @property
+    def generated_GBps(self) -> float:
+        """How fast payload was made over the pass, had the ranks done nothing else."""
+        generating = sum(c.bytes / (c.generated_GBps * 1e9) for c in self.checkpoints)
+        return self.bytes / generating / 1e9 if generating > 0 else float("inf")
+
+    def invalid_reason(self) -> str | None:
+        """Why this pass measured the payload generator rather than the drive, if it did."""
+        if self.generated_GBps < MIN_GENERATOR_HEADROOM * self.throughput_GBps:
+            return (
+                f"payload generation was the bottleneck: generator {self.generated_GBps:.2f} GB/s is under "
+                f"{MIN_GENERATOR_HEADROOM:g}x the checkpoint rate {self.throughput_GBps:.2f} GB/s; "
+                f"use a host with more or faster cores"
+            )
+        return None
+
+    def to_dict(self) -> dict:
+        return {
+            "pass": self.number,
+            "checkpoints": [c.checkpoint for c in self.checkpoints],  # details: the run's "checkpoints" list
+            "bytes": self.bytes,
+            "seconds": self.seconds,
+            "throughput_GBps": self.throughput_GBps,
+            "mean_checkpoint_GBps": self.mean_checkpoint_GBps,
+            "seconds_mean": self.seconds_mean,
+            "seconds_max": self.seconds_max,
+            "generated_GBps": self.generated_GBps,
+        }
+
+
+def checkpoint_footprint_bytes(plan: CheckpointPlan) -> int:
+    """Bytes one checkpoint takes on disk at most: payload plus file-format overhead."""
+    tensors = sum(len(f.tensors) for r in plan.ranks for f in r.files)
+    return plan.total_bytes + plan.file_count * FILE_OVERHEAD_BYTES + tensors * TENSOR_OVERHEAD_BYTES
+
+
+def checkpoints_for_fraction(plan: CheckpointPlan, capacity_bytes: int, fraction: float) -> int:
+    """How many checkpoints fill `fraction` of the capacity (at least one)."""
+    return max(1, int(capacity_bytes * fraction // checkpoint_footprint_bytes(plan)))
+
+
+def space_problem(
+    plan: CheckpointPlan, checkpoints: int, free_bytes: int, extra_bytes: int = 0, extra_label: str = "other files"
+) -> str | None:
+    """Why `checkpoints` checkpoints of `plan`, plus `extra_bytes` written beside them, do not fit in
+    `free_bytes`, with how to make them fit."""
+    per_checkpoint = checkpoint_footprint_bytes(plan)
+    needed = checkpoints * per_checkpoint + extra_bytes + RESERVE_BYTES
+    if needed <= free_bytes:
+        return None
+    usable = max(0, free_bytes - RESERVE_BYTES)
+    fitting = max(0, usable - extra_bytes) // per_checkpoint
+    scale_hint = plan.scale * usable / (needed - RESERVE_BYTES) * 0.95  # everything shrinks with the scale
+    summary = (
+        f"the fill needs {needed / 1e9:,.3f} GB ({checkpoints} checkpoints of {per_checkpoint / 1e9:,.3f} GB"
+        + (f" + {extra_bytes / 1e9:,.3f} GB {extra_label}" if extra_bytes else "")
+        + f" + {RESERVE_BYTES / 1e9:.3f} GB reserve) but the target has {free_bytes / 1e9:,.3f} GB free"
+    )
+    if scale_hint <= 0:
+        return f"{summary}; use a larger target"
+    if fitting:
+        return f"{summary}; use --checkpoints-per-pass {fitting} or --scale {scale_hint:.3g}"
+    return f"{summary}; use --scale {scale_hint:.3g} or a larger target"
+
+
+class FillCampaign:
+    """Runs the fill passes of one qualification on one run directory, keeping the retention queue."""
+
+    def __init__(
+        self,
+        root: Path,
+        plan: CheckpointPlan,
+        pool: RankPool,
+        engine: str,
+        checkpoints_per_pass: int,
+        remove: Remover,
+        on_checkpoint: Callable[[CheckpointRecord, int], None] = lambda record, total: None,
+    ) -> None:
+        self.root, self.plan, self.pool, self.engine = root, plan, pool, engine
+        self.checkpoints_per_pass = checkpoints_per_pass
+        self.remove = remove
+        self.on_checkpoint = on_checkpoint
+        self.retained: deque[tuple[int, Path]] = deque()
+        self.passes: dict[int, PassResult] = {}
+        self.failure: str | None = None
+        self._next_checkpoint = 0
+
+    def checkpoint_dir(self, checkpoint: int) -> Path:
+        return self.root / f"checkpoint-{checkpoint:05d}"
+
+    def run_pass(self, number: int, runner: Callable[..., None] | None = None) -> PassResult:
+        """Writes one pass; `runner(fn, setup, rounds)` may drive the rounds (e.g. pytest-benchmark)."""
+        if self.failure:
+            raise FillError(f"not run: {self.failure}", "not-run")
+        result = PassResult(number)
+        pending: list[tuple[int | None, float]] = []
+
+        def setup() -> None:
+            pending.append(self._make_room())
+
+        def write() -> None:
+            removed, remove_s = pending.pop()
+            result.checkpoints.append(self._write_one(number, len(result.checkpoints) + 1, removed, remove_s))
+
+        try:
+            (runner or run_rounds)(write, setup, self.checkpoints_per_pass)
+        except RunError as error:
+            self.failure = f"pass {number} failed" + (
+                " (the target ran out of space)" if error.fault == "out-of-space" else ""
+            )
+            raise FillError(str(error), error.fault, error.errno) from error
+        self.passes[number] = result
+        return result
+
+    def _make_room(self) -> tuple[int | None, float]:
+        """Removes the oldest checkpoint once the retention limit is reached (untimed)."""
+        if len(self.retained) < self.checkpoints_per_pass:
+            return None, 0.0
+        checkpoint, directory = self.retained.popleft()
+        start = time.monotonic()
+        self.remove(directory, f"removing checkpoint {checkpoint}")
+        return checkpoint, time.monotonic() - start
+
+    def _write_one(self, number: int, index: int, removed: int | None, remove_s: float) -> CheckpointRecord:
+        checkpoint = self._next_checkpoint
+        self._next_checkpoint += 1
+        directory = self.checkpoint_dir(checkpoint)
+        what = f"checkpoint {index}/{self.checkpoints_per_pass} of pass {number} ({directory.name})"
+        try:
+            timing = self.pool.write_checkpoint(directory, checkpoint, self.plan.ranks, self.engine, what=what)
+        except RankFailure as error:
+            self._remove_partial(directory, checkpoint)
+            prefix = "the target ran out of space: " if error.fault == "out-of-space" else ""
+            raise FillError(f"{prefix}{error}", error.fault, error.errno) from error
+        except BaseException:
+            self._remove_partial(directory, checkpoint)
+            raise
+        self.retained.append((checkpoint, directory))
+        record = _record(number, index, checkpoint, timing, removed, remove_s)
+        self.on_checkpoint(record, self.checkpoints_per_pass)
+        return record
+
+    def _remove_partial(self, directory: Path, checkpoint: int) -> None:
+        """Removes what a failed checkpoint wrote; a removal that fails too is recorded by the remover, and never
+        hides the failure that matters."""
+        with contextlib.suppress(RunError):
+            self.remove(directory, f"removing the partial checkpoint {checkpoint}")
+
+
+def run_rounds(fn: Callable[[], None], setup: Callable[[], None], rounds: int) -> None:
+    """Runs `rounds` rounds of `setup` then `fn`: the plain twin of pytest-benchmark's pedantic()."""
+    for _ in range(rounds):
+        setup()
+        fn()
+
+
+def _record(
+    number: int, index: int, checkpoint: int, timing: CheckpointTiming, removed: int | None, remove_s: float
+) -> CheckpointRecord:
+    return CheckpointRecord(
+        pass_number=number,
+        index=index,
+        checkpoint=checkpoint,
+        seconds=timing.seconds,
+        first_done_s=timing.first_done_s,
+        bytes=timing.bytes,
+        generated_GBps=timing.generated_GBps,
+        removed_before=removed,
+        remove_s=remove_s,
+        ranks=[asdict(r) for r in timing.ranks],
+    )

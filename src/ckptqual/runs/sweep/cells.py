@@ -1,0 +1,376 @@
+"""The read sweep's matrix (gdsio-like, REFERENCE sections 1 and 4): options, cells, and per-cell arithmetic.
+
+Pure: no I/O and no pytest. How a cell maps onto gdsio's knobs:
+
+- `jobs` files, one per job (gdsio -D): each job reads its own file sequentially, one block per request,
+  starting where that job's previous cell stopped and wrapping at the end of the file.
+- `threads` is the I/O depth of the whole cell: the engine runs `threads` workers (KvikIO's thread pool or
+  ckptqual's own), so at most `threads` requests are in flight at once.
+- `batch`: each job submits `batch` reads, waits for all of them, then submits the next batch (gdsio -B; the
+  Python KvikIO API has no batch call, so a batch is `batch` preads and a wait on all). The depth actually
+  reached is therefore min(threads, jobs x batch): the review's 16 jobs x 16 = 256 keep 128 threads busy.
+- A cell issues at most `requests` reads per job (default 2048), and never more than the file holds, so it
+  reads jobs x min(file_bytes, requests x block) bytes: big blocks read whole files, small blocks at one
+  thread stay short (8K x 2048 = 16 MiB a job), and every cell has thousands of latency samples for p99.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ckptqual.limits.thresholds import TRANSFERS, SweepSettings, format_size, parse_size
+
+ALIGN_BYTES = 4096  # O_DIRECT and GDS both want 4 KiB-aligned offsets, sizes and buffers
+DEFAULT_BLOCK_SIZES = (1 << 20, 128 << 10, 8 << 10)
+DEFAULT_THREADS = (16, 4, 1)
+DEFAULT_JOBS = 4
+DEFAULT_BATCH = 16
+DEFAULT_FILE_BYTES = 256 << 20
+DEFAULT_REQUESTS = 2048
+MAX_CACHED_FRACTION = 0.01  # more of the files than this in the page cache before a cell makes it INVALID
+
+
+class SweepOptionError(ValueError):
+    """A sweep option or setting that cannot be used; the one-line message names the value and the fix."""
+
+
+def _items(option: str, text: str, example: str) -> list[str]:
+    items = [item.strip() for item in str(text).split(",")]
+    if not all(items):
+        raise SweepOptionError(f"{option} {text!r}: give a comma-separated list without empty items, e.g. {example}")
+    if len(set(items)) != len(items):
+        raise SweepOptionError(f"{option} {text!r}: lists a value twice; list each once, e.g. {example}")
+    return items
+
+
+def parse_block_sizes(text: str, option: str = "--sweep-block-sizes") -> tuple[int, ...]:
+    """Block sizes in bytes from e.g. "1M,128K"; each a multiple of 4 KiB."""
+    example = f"{option} 1M,128K,8K"
+    sizes = []
+    for item in _items(option, text, example):
+        try:
+            size = parse_size(item)
+        except ValueError:
+            raise SweepOptionError(
+                f"{option} {item!r}: not a size; write a number with K, M or G (binary), e.g. {example}"
+            ) from None
+        sizes.append(check_block_size(size, option))
+    if len(set(sizes)) != len(sizes):
+        raise SweepOptionError(f"{option} {text!r}: names one size twice; list each once, e.g. {example}")
+    return tuple(sizes)
+
+
+def check_block_size(size: int, where: str) -> int:
+    if size % ALIGN_BYTES:
+        raise SweepOptionError(
+            f"{where} {format_size(size)}: a block must be a multiple of 4K for O_DIRECT and GDS, e.g. 8K or 128K"
+        )
+    return size
+
+
+def parse_threads(text: str, option: str = "--sweep-threads") -> tuple[int, ...]:
+    """Thread counts (I/O depths) from e.g. "16,4,1"; each a whole number >= 1."""
+    counts = []
+    for item in _items(option, text, f"{option} 16,4,1"):
+        if not item.isdigit() or int(item) < 1:
+            raise SweepOptionError(f"{option} {item!r}: a thread count is a whole number >= 1, e.g. {option} 16,4,1")
+        counts.append(int(item))
+    return tuple(counts)
+
+
+def parse_transfers(text: str, option: str = "--transfer") -> tuple[str, ...]:
+    """Transfer types from e.g. "gpu-direct,cpu-only"."""
+    items = _items(option, text, f"{option} cpu-only")
+    for item in items:
+        if item not in TRANSFERS:
+            known = ",".join(TRANSFERS)
+            raise SweepOptionError(f"{option} {item!r}: unknown transfer type; use one or more of {known}")
+    return tuple(items)
+
+
+def parse_file_bytes(text: str, option: str = "--sweep-file-bytes") -> int:
+    """Bytes per sweep file from e.g. "256M"; a multiple of 4 KiB."""
+    try:
+        size = parse_size(str(text).strip())
+    except ValueError:
+        raise SweepOptionError(f"{option} {text!r}: not a size; write e.g. {option} 256M") from None
+    if size % ALIGN_BYTES:
+        raise SweepOptionError(f"{option} {text!r}: must be a multiple of 4K, e.g. {option} 256M")
+    return size
+
+
+def parse_requests(text: str, option: str = "--sweep-requests") -> int:
+    """Requests per job per cell, a whole number >= 1."""
+    if not str(text).strip().isdigit() or int(text) < 1:
+        raise SweepOptionError(f"{option} {text!r}: must be a whole number >= 1, e.g. {option} 2048")
+    return int(text)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """The resolved sweep: the matrix, the shape of each cell, and the files it reads."""
+
+    block_sizes_bytes: tuple[int, ...] = DEFAULT_BLOCK_SIZES
+    threads: tuple[int, ...] = DEFAULT_THREADS
+    jobs: int = DEFAULT_JOBS
+    batch: int = DEFAULT_BATCH
+    file_bytes: int = DEFAULT_FILE_BYTES
+    transfers: tuple[str, ...] = TRANSFERS
+    requests: int = DEFAULT_REQUESTS
+    sources: Mapping[str, str] = field(default_factory=dict)  # setting -> where its value came from
+
+    @property
+    def files_bytes(self) -> int:
+        """Bytes the sweep writes before its first cell: one file per job."""
+        return self.jobs * self.file_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "block_sizes": [format_size(size) for size in self.block_sizes_bytes],
+            "threads": list(self.threads),
+            "jobs": self.jobs,
+            "batch": self.batch,
+            "file_bytes": self.file_bytes,
+            "transfers": list(self.transfers),
+            "requests_per_job": self.requests,
+            "sources": dict(self.sources),
+        }
+
+
+def resolve_sweep(
+    file_settings: SweepSettings,
+    file_name: str = "threshold file",
+    *,
+    block_sizes: tuple[int, ...] | None = None,
+    threads: tuple[int, ...] | None = None,
+    file_bytes: int | None = None,
+    transfers: tuple[str, ...] | None = None,
+    requests: int | None = None,
+) -> SweepConfig:
+    """Command-line values over the threshold file's [sweep] over ckptqual's defaults, checked together."""
+    sources: dict[str, str] = {}
+
+    def pick(name: str, option: Any, from_file: Any, default: Any) -> Any:
+        for value, source in ((option, "command line"), (from_file, file_name), (default, "ckptqual default")):
+            if value is not None:
+                sources[name] = source
+                return value
+        raise AssertionError(name)
+
+    config = SweepConfig(
+        block_sizes_bytes=pick("block_sizes", block_sizes, file_settings.block_sizes_bytes, DEFAULT_BLOCK_SIZES),
+        threads=pick("threads", threads, file_settings.threads, DEFAULT_THREADS),
+        jobs=pick("jobs", None, file_settings.jobs, DEFAULT_JOBS),
+        batch=pick("batch", None, file_settings.batch, DEFAULT_BATCH),
+        file_bytes=pick("file_bytes", file_bytes, file_settings.file_bytes, DEFAULT_FILE_BYTES),
+        transfers=pick("transfers", transfers, file_settings.transfers, TRANSFERS),
+        requests=pick("requests", requests, None, DEFAULT_REQUESTS),
+        sources=sources,
+    )
+    from_command_line = sources["block_sizes"] == "command line"
+    where = "--sweep-block-sizes" if from_command_line else f"{file_name} [sweep] block_sizes"
+    for size in config.block_sizes_bytes:
+        check_block_size(size, where)
+    if config.file_bytes % ALIGN_BYTES:
+        raise SweepOptionError(
+            f"{file_name} [sweep] file_bytes {config.file_bytes}: must be a multiple of 4096; "
+            f"or give --sweep-file-bytes, e.g. 256M"
+        )
+    largest = max(config.block_sizes_bytes)
+    if config.file_bytes < largest:
+        raise SweepOptionError(
+            f"sweep file size {format_size(config.file_bytes)} ({sources['file_bytes']}) is smaller than the "
+            f"largest block {format_size(largest)}; use --sweep-file-bytes {format_size(largest * 64)} or more"
+        )
+    return config
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the matrix: a transfer type, a block size and a thread count (I/O depth)."""
+
+    transfer: str
+    block_bytes: int
+    threads: int
+    jobs: int
+    batch: int
+    requests_per_job: int
+
+    @property
+    def block_size(self) -> str:
+        return format_size(self.block_bytes)
+
+    @property
+    def id(self) -> str:
+        """The test ID: no drive name, so that runs on different drives compare in pytest-benchmark."""
+        return f"{self.transfer}-{self.block_size}-{self.threads}"
+
+    @property
+    def slots(self) -> int:
+        """Buffers per job: one per request of a batch."""
+        return min(self.batch, self.requests_per_job)
+
+    @property
+    def depth(self) -> int:
+        """Requests in flight at most: the engine's workers, unless the jobs' batches are fewer."""
+        return min(self.threads, self.jobs * self.slots)
+
+    @property
+    def bytes_per_job(self) -> int:
+        return self.requests_per_job * self.block_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.jobs * self.bytes_per_job
+
+    def context(self) -> dict[str, Any]:
+        """The keys a threshold file's `where` selects sweep limits by."""
+        return {"transfer": self.transfer, "block_size": self.block_size, "threads": self.threads}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "transfer": self.transfer,
+            "block_size": self.block_size,
+            "block_bytes": self.block_bytes,
+            "threads": self.threads,
+            "jobs": self.jobs,
+            "batch": self.batch,
+            "depth": self.depth,
+            "requests_per_job": self.requests_per_job,
+            "planned_bytes": self.total_bytes,
+        }
+
+
+def requests_per_job(config: SweepConfig, block_bytes: int) -> int:
+    """Reads each job issues in a cell: `config.requests`, but no more than one pass over its file."""
+    return max(1, min(config.requests, config.file_bytes // block_bytes))
+
+
+def plan_cells(config: SweepConfig) -> list[Cell]:
+    """Every cell, transfer type outermost, then block sizes and threads in the order given."""
+    return [
+        Cell(transfer, block, threads, config.jobs, config.batch, requests_per_job(config, block))
+        for transfer in config.transfers
+        for block in config.block_sizes_bytes
+        for threads in config.threads
+    ]
+
+
+def job_offsets(start: int, count: int, block_bytes: int, file_bytes: int) -> list[int]:
+    """`count` sequential block offsets from `start`, wrapping to 0 where a block would pass the file's end."""
+    if block_bytes > file_bytes:
+        raise ValueError(f"block {block_bytes} is larger than the file ({file_bytes} bytes)")
+    offsets, offset = [], start
+    for _ in range(count):
+        if offset + block_bytes > file_bytes:
+            offset = 0
+        offsets.append(offset)
+        offset += block_bytes
+    return offsets
+
+
+def next_start(offsets: Sequence[int], block_bytes: int, file_bytes: int) -> int:
+    """Where the next cell of a job starts: after its last block, or 0 at the end of the file."""
+    if not offsets:
+        return 0
+    end = offsets[-1] + block_bytes
+    return end if end < file_bytes else 0
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """The nearest-rank percentile (the smallest value with at least q % of values at or below it)."""
+    ordered = np.sort(np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64))
+    if ordered.size == 0:
+        raise ValueError("percentile of no values")
+    if not 0 < q <= 100:
+        raise ValueError(f"percentile q must be in (0, 100], got {q}")
+    rank = math.ceil(q / 100 * ordered.size)
+    return float(ordered[rank - 1])
+
+
+@dataclass(frozen=True)
+class CellStats:
+    """What one cell measured: bytes and time of the whole cell, and per-request latency."""
+
+    bytes: int
+    seconds: float
+    requests: int
+    mean_latency_us: float
+    p99_latency_us: float
+    max_latency_us: float
+
+    @property
+    def GiBps(self) -> float:
+        return self.bytes / self.seconds / 2**30
+
+    @property
+    def GBps(self) -> float:
+        return self.bytes / self.seconds / 1e9
+
+    @property
+    def iops(self) -> float:
+        return self.requests / self.seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bytes": self.bytes,
+            "seconds": self.seconds,
+            "requests": self.requests,
+            "GiBps": self.GiBps,
+            "GBps": self.GBps,
+            "iops": self.iops,
+            "mean_latency_us": self.mean_latency_us,
+            "p99_latency_us": self.p99_latency_us,
+            "max_latency_us": self.max_latency_us,
+        }
+
+
+def cell_stats(bytes_read: int, seconds: float, latencies_ns: Sequence[int] | np.ndarray) -> CellStats:
+    """GiB/s, IOPS and latency of a cell from its bytes, its wall time and each request's latency."""
+    latencies = np.asarray(latencies_ns, dtype=np.float64)
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"a cell's time must be > 0 seconds, got {seconds!r}")
+    if latencies.size == 0:
+        raise ValueError("a cell without requests has no statistics")
+    return CellStats(
+        bytes=int(bytes_read),
+        seconds=float(seconds),
+        requests=int(latencies.size),
+        mean_latency_us=float(latencies.mean() / 1e3),
+        p99_latency_us=percentile(latencies, 99) / 1e3,
+        max_latency_us=float(latencies.max() / 1e3),
+    )
+
+
+_MARKS = {"FAIL": " F", "MARGINAL": " M", "INVALID": " INVALID", "PASS": "", "MEASURED": ""}
+
+
+def matrix(cells: Sequence[Mapping[str, Any]], transfer: str) -> tuple[list[str], list[list[str]]]:
+    """A transfer type's cells as a table: block sizes down, threads across, GiB/s in the cells.
+
+    A cell reads "skip" when it did not run and "error" when it broke; F, M or INVALID follow the figure of a
+    cell that failed its limit, met it only marginally, or does not count.
+    """
+    own = [cell for cell in cells if cell["transfer"] == transfer]
+    blocks = list(dict.fromkeys(cell["block_size"] for cell in own))
+    threads = list(dict.fromkeys(cell["threads"] for cell in own))
+    by_key = {(cell["block_size"], cell["threads"]): cell for cell in own}
+    rows = []
+    for block in blocks:
+        row = [block]
+        for count in threads:
+            cell = by_key.get((block, count))
+            if cell is None:
+                row.append("")
+            elif "GiBps" not in cell:
+                row.append("skip" if cell.get("outcome") == "SKIPPED" else str(cell.get("outcome", "-")).lower())
+            else:
+                row.append(f"{cell['GiBps']:.2f}{_MARKS.get(cell.get('outcome', ''), '')}")
+        rows.append(row)
+    return ["block \\ threads", *(str(count) for count in threads)], rows

@@ -1,0 +1,209 @@
+"""One session's read sweep: writes its files before the first cell that runs, measures cells, keeps the record.
+
+Knows nothing of pytest: the plugin hands it `say` for progress, `on_change` to store the record, and a
+`runner(fn, setup)` that times a cell as a pytest-benchmark round (setup = evict + check the page cache).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ckptqual.host.gpu import HostGpu
+from ckptqual.io.readers import make_reader
+from ckptqual.io.readers.base import CellRun, Reader, run_cell
+from ckptqual.runs.sweep.cells import MAX_CACHED_FRACTION, Cell, CellStats, SweepConfig, cell_stats
+from ckptqual.runs.sweep.files import ChangeRunner, SweepFiles, run_here
+
+_CUFILE_LOG_LINES = 40
+Runner = Callable[[Callable[[], None], Callable[[], None]], None]
+
+
+def plain_runner(fn: Callable[[], None], setup: Callable[[], None]) -> None:
+    setup()
+    fn()
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """A measured cell: its statistics and everything it depended on (`record`, as stored in the results)."""
+
+    cell: Cell
+    stats: CellStats
+    record: dict[str, Any]
+
+    @property
+    def invalid_reason(self) -> str | None:
+        return self.record.get("invalid_reason")
+
+    def extra_info(self) -> dict[str, Any]:
+        """The cell for pytest-benchmark's extra_info: read GiB/s first, then what it depended on."""
+        keep = ("GiBps", "GBps", "iops", "mean_latency_us", "p99_latency_us", "bytes", "seconds", "requests")
+        info = {key: self.record[key] for key in keep}
+        info |= {key: self.record[key] for key in ("transfer", "block_size", "threads", "jobs", "batch", "depth")}
+        info |= {"engine": self.record["engine"], "cached_fraction_before": self.record["cached_fraction_before"]}
+        return info | {"settings": self.record["settings"]}
+
+
+class SweepRun:
+    """The sweep of one session over `config`, reading files it keeps in `directory` (removed by close())."""
+
+    def __init__(
+        self,
+        config: SweepConfig,
+        directory: Path,
+        seed: int,
+        host: HostGpu,
+        say: Callable[[str], None] = lambda line: None,
+        on_change: Callable[[dict[str, Any]], None] = lambda data: None,
+        verify: str = "last",
+        cufile_log: Path | None = None,
+        run: ChangeRunner = run_here,
+    ) -> None:
+        if verify not in ("last", "all", "none"):
+            raise ValueError(f"verify must be last, all or none, got {verify!r}")
+        self.config, self.host, self.say, self.verify, self.run = config, host, say, verify, run
+        self._on_change = on_change
+        self.cufile_log = cufile_log
+        self.files = SweepFiles(directory, config.jobs, config.file_bytes, seed)
+        self._starts = [0] * config.jobs
+        self.data: dict[str, Any] = {
+            "config": config.to_dict(),
+            "host": host.to_dict(),
+            "engines": {transfer: self._engine_text(transfer) for transfer in config.transfers},
+            "files": {"directory": str(directory), "jobs": config.jobs, "file_bytes": config.file_bytes},
+            "cells": [],
+        }
+        self._cells: dict[str, dict[str, Any]] = {}
+
+    def _engine_text(self, transfer: str) -> str:
+        problem = self.host.problem(transfer)
+        if problem:
+            return f"skipped: {problem}"
+        if transfer == "cpu-only":
+            return self.host.cpu_only_reason
+        return "KvikIO (GDS, compat mode off)" if transfer == "gpu-direct" else "KvikIO (compat mode, bounce buffers)"
+
+    def cannot_run(self, cell: Cell) -> str | None:
+        """Why this host cannot run `cell`'s transfer type (recorded as SKIPPED), or None."""
+        problem = self.host.problem(cell.transfer)
+        if problem:
+            self._store(cell, {**cell.to_dict(), "outcome": "SKIPPED", "reason": problem})
+        return problem
+
+    def measure(self, cell: Cell, runner: Runner | None = None) -> CellResult:
+        """Runs one cell on cold files and records it; the caller judges it."""
+        self._ensure_files()
+        reader = make_reader(cell.transfer, self.host)
+        record: dict[str, Any] = {**cell.to_dict(), "engine": reader.engine, "outcome": "ERROR"}
+        self._store(cell, record)
+        box: dict[str, Any] = {}
+
+        def setup() -> None:
+            self.files.evict()
+            box["cached_before"] = self.files.cached_fraction()
+
+        def read() -> None:
+            check = self.files.check if self.verify == "all" else None
+            box["run"] = run_cell(reader, cell, self._starts, self.config.file_bytes, check_block=check)
+
+        try:
+            reader.open(self.files.paths, cell)
+            record["start_offsets"] = list(self._starts)
+            (runner or plain_runner)(read, setup)
+            run: CellRun = box["run"]
+            self._starts = run.next_starts
+            record["cached_fraction_after"] = self.files.cached_fraction()
+            verified = run.verified_requests
+            if self.verify == "last":
+                verified += self._check_last_batches(reader, cell, run)
+            stats = cell_stats(run.bytes, run.seconds, run.latencies_ns)
+            record.update(
+                stats.to_dict(),
+                settings=reader.settings(),
+                cached_fraction_before=box["cached_before"],
+                verified_requests=verified,
+                invalid_reason=self._invalid_reason(reader, box["cached_before"]),
+            )
+        except BaseException as error:
+            record["error"] = f"{type(error).__name__}: {error}"
+            raise
+        finally:
+            reader.close()
+            self._store(cell, record)
+        record["outcome"] = "INVALID" if record["invalid_reason"] else "MEASURED"
+        self._store(cell, record)
+        self.say(
+            f"ckptqual: sweep {cell.id}: {stats.GiBps:.2f} GiB/s, {stats.iops:,.0f} IOPS, latency mean "
+            f"{stats.mean_latency_us:,.0f} us p99 {stats.p99_latency_us:,.0f} us ({reader.engine}, "
+            f"{stats.bytes / 2**20:,.0f} MiB in {stats.seconds:.2f} s, cached before {box['cached_before']:.1%})"
+        )
+        return CellResult(cell, stats, record)
+
+    def _check_last_batches(self, reader: Reader, cell: Cell, run: CellRun) -> int:
+        """Checks what every job's buffers hold after the cell (its last batch), untimed."""
+        checked = 0
+        for job in range(cell.jobs):
+            for slot, offset in enumerate(run.last_batch(job, cell.slots)):
+                self.files.check(job, offset, reader.host_copy(job, slot))
+                checked += 1
+        return checked
+
+    def _invalid_reason(self, reader: Reader, cached_before: float) -> str | None:
+        if cached_before > MAX_CACHED_FRACTION:
+            return (
+                f"{cached_before:.1%} of the sweep files were in the page cache before the cell (eviction did not "
+                f"work, at most {MAX_CACHED_FRACTION:.0%} allowed): reads would not all come from the drive"
+            )
+        return reader.invalid_reason()
+
+    def set_outcome(self, cell: Cell, outcome: str) -> None:
+        """Records the verdict the caller reached for a measured cell."""
+        record = self._cells.get(cell.id)
+        if record is not None:
+            record["outcome"] = outcome
+            self._store(cell, record)
+
+    def _ensure_files(self) -> None:
+        if self.files.written:
+            return
+        size = self.config.files_bytes
+        self.say(
+            f"ckptqual: read sweep: writing {self.config.jobs} files of {self.config.file_bytes / 2**20:,.0f} MiB "
+            f"({size / 1e9:,.2f} GB, untimed) in {self.files.directory}"
+        )
+        started = time.monotonic()
+        self.files.write(self.run)
+        self.data["files"].update(write_s=time.monotonic() - started, removed=False)
+        self._changed()
+
+    def _store(self, cell: Cell, record: dict[str, Any]) -> None:
+        if cell.id not in self._cells:
+            self._cells[cell.id] = record
+            self.data["cells"].append(record)
+        elif self._cells[cell.id] is not record:
+            index = self.data["cells"].index(self._cells[cell.id])
+            self._cells[cell.id] = self.data["cells"][index] = record
+        self._changed()
+
+    def _changed(self) -> None:
+        self._on_change(self.data)
+
+    def remove_files(self) -> None:
+        """Removes the sweep's files (a later cell writes them again)."""
+        had = self.files.written
+        self.files.remove(self.run)  # also what a write that failed half-way left
+        if had:
+            self.data["files"]["removed"] = True
+            self._changed()
+
+    def close(self) -> None:
+        """Removes the files and keeps the end of cuFile's log (if cuFile wrote one) in the record."""
+        self.remove_files()
+        if self.cufile_log is not None and self.cufile_log.is_file():
+            lines = self.cufile_log.read_text(errors="replace").splitlines()
+            self.data["cufile_log_tail"] = [line for line in lines if line.strip()][-_CUFILE_LOG_LINES:]
+            self._changed()
