@@ -77,8 +77,17 @@ def test_bad_workload_name_exits_2(capsys):
 def test_bad_scale_exits_2(capsys, scale):
     assert main(["plan", "llama3-8b", f"--scale={scale}"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "--scale: must be a number in (0, 1]" in err and repr(scale) in err
+    assert f"ckptqual plan: --scale {scale!r}: must be a number with 0 < scale <= 1" in err
     assert len(err.splitlines()) == 1
+
+
+def test_plan_help_shows_the_scale_default_from_the_settings_table(capsys):
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "--scale SCALE shrink every tensor (and the odd layouts) by this factor, 0 < S <= 1 (default: 1.0)" in help_text
+    )
 
 
 def run_module(*args: str) -> subprocess.CompletedProcess:

@@ -14,8 +14,8 @@ from ckptqual.io.engines import ENGINES, make_engine
 from ckptqual.io.engines.base import RankIO
 from ckptqual.io.engines.torchformat import ALIGNMENT
 from ckptqual.io.payload import PayloadGenerator, find_mismatches
+from ckptqual.plan.footprint import FILE_OVERHEAD_BYTES, TENSOR_OVERHEAD_BYTES
 from ckptqual.plan.model import FilePlan, TensorSpec
-from ckptqual.runs.fill import FILE_OVERHEAD_BYTES, TENSOR_OVERHEAD_BYTES
 
 ODD_FILE = FilePlan(
     "odd.pt",

@@ -11,10 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ckptqual.io.engines.base import ReadBackError
+from ckptqual.io.engines.torchread import pread_exactly
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.runs.fill import FillCampaign, FillError
 from ckptqual.runs.ranks import RankFailure, RankPool
-from ckptqual.runs.restore import ReadBackError, _pread_exactly, evict_checkpoint
+from ckptqual.runs.restore import evict_checkpoint
 from suite_runs import junit_cases, suite_properties
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,7 +136,7 @@ def test_an_io_error_on_read_back_names_file_and_offset(tmp_path):
     directory_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)  # the kernel refuses to read it: EISDIR
     try:
         with pytest.raises(ReadBackError, match=r"ckpt.pt: I/O error at file offset 8192: Is a directory"):
-            _pread_exactly(directory_fd, np.empty(4096, np.uint8), 8192, tmp_path / "ckpt.pt")
+            pread_exactly(directory_fd, np.empty(4096, np.uint8), 8192, tmp_path / "ckpt.pt")
     finally:
         os.close(directory_fd)
 

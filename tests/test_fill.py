@@ -5,6 +5,7 @@ import torch
 
 from ckptqual.io.engines import ENGINES
 from ckptqual.io.payload import PayloadGenerator, find_mismatches
+from ckptqual.plan.footprint import checkpoint_footprint_bytes, checkpoints_for_fraction
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.plan.workloads import load_workload
 from ckptqual.runs.fill import (
@@ -12,9 +13,6 @@ from ckptqual.runs.fill import (
     FillCampaign,
     FillError,
     PassResult,
-    checkpoint_footprint_bytes,
-    checkpoints_for_fraction,
-    space_problem,
 )
 from ckptqual.runs.ranks import RankPool
 
@@ -43,20 +41,6 @@ def test_fill_fraction_gives_whole_checkpoints():
     assert checkpoints_for_fraction(plan, 61_440_000_000_000, 0.9) == 33  # the review's D5-P5336 fill
     assert checkpoints_for_fraction(plan, 7_680_000_000_000, 0.66) == 3  # the review's D7-PS1010 fill
     assert checkpoints_for_fraction(plan, 10, 0.5) == 1
-
-
-def test_space_check_says_needed_available_and_how_to_fit():
-    plan = load_workload("llama3.1-405b-review").plan()
-    assert space_problem(plan, 3, 10 * plan.total_bytes) is None
-    message = space_problem(plan, 33, 20 * plan.total_bytes)
-    assert "needs 53,981.475 GB (33 checkpoints of 1,635.802 GB + 0.008 GB reserve)" in message
-    assert "32,715.538 GB free" in message
-    assert "--checkpoints-per-pass 19" in message and "--scale 0.576" in message
-    beside = space_problem(plan, 33, 20 * plan.total_bytes, plan.total_bytes, "for the odd layouts")
-    assert "+ 1,635.777 GB for the odd layouts" in beside and "--checkpoints-per-pass 18" in beside
-    tiny = space_problem(plan, 3, 1 << 30, extra_bytes=32 << 30)
-    assert "1.074 GB free; use --scale 0.000" in tiny and "--checkpoints-per-pass" not in tiny
-    assert "use a larger target" in space_problem(plan, 3, 1 << 20)
 
 
 def record(seconds: float, nbytes: int, generated: float = 100.0) -> CheckpointRecord:

@@ -138,10 +138,8 @@ def test_the_torch_load_sample_rotates_over_every_file():
 
 
 def test_torch_save_writes_exactly_the_records_the_verifier_expects(tmp_path):
-    from ckptqual.io.engines.torch_save import expected_archive
-
     path = write_checkpoint(tmp_path, "torch-save") / LAYER.path
-    expected = expected_archive(LAYER, CHECKPOINT, RANK, 0)
+    expected = make_engine("torch-save").expected_archive(LAYER, CHECKPOINT, RANK, 0)
     with zipfile.ZipFile(path) as archive:
         assert sorted(archive.namelist()) == sorted(expected.record_names())
         for name, data in expected.small_records.items():

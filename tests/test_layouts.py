@@ -11,10 +11,11 @@ from hypothesis import HealthCheck, given, seed, settings
 from ckptqual.config.run_settings import Options, SettingsError, resolve_settings
 from ckptqual.host.space import RunSpace
 from ckptqual.host.target import open_target
+from ckptqual.limits.limits import MIN_JUDGED_BYTES
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.plan.planfile import dump_plan, save_plan
 from ckptqual.plan.strategies import layouts
-from ckptqual.runs.layouts import MIN_JUDGED_BYTES, padded, regular_layout, run_layout
+from ckptqual.runs.layouts import padded, regular_layout, run_layout
 from ckptqual.runs.ranks import RankPool
 
 REPO = Path(__file__).resolve().parents[1]

@@ -52,7 +52,9 @@ def test_a_rank_killed_while_idle_is_named_with_its_pid_and_signal(tmp_path):
     pool = RankPool(2, seed=1, timeout_s=60)
     pids = pool.pids
     os.kill(pids[1], signal.SIGKILL)
-    while alive(pids[1]):  # dead, not yet reaped: it died while the pool had nothing for it
+    # Wait until the death is visible to waitpid (which /proc's "Z" can precede): it died while the pool had
+    # nothing for it.
+    while pool._procs[1].is_alive():
         time.sleep(0.01)
     expected = rf"rank 1 \(PID {pids[1]}\) was killed by SIGKILL while idle, before checkpoint 0"
     with pytest.raises(RankFailure, match=expected) as failure:

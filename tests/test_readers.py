@@ -13,10 +13,9 @@ import pytest
 
 import stand_in
 from ckptqual.host.gpu import HostGpu
-from ckptqual.io.readers.base import ReadError, run_cell
 from ckptqual.io.readers.posix import PosixReader
 from ckptqual.runs.sweep.cells import Cell, SweepConfig, job_offsets, plan_cells
-from ckptqual.runs.sweep.driver import SweepRun
+from ckptqual.runs.sweep.driver import ReadError, SweepRun, read_shape, run_cell
 from ckptqual.runs.sweep.files import DataMismatch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,7 +134,7 @@ def test_the_loop_keeps_depth_and_batches(tmp_path, threads, jobs, batch):
     run.files.write()
     cell = Cell("cpu-only", 64 * K, threads, jobs, batch, requests_per_job=20)
     inner = PosixReader()
-    inner.open(run.files.paths, cell)
+    inner.open(run.files.paths, read_shape(cell))
     watching = Watching(inner, cell.slots)
     try:
         done = run_cell(watching, cell, [3 * 64 * K] * jobs, M, check_block=run.files.check)
@@ -182,7 +181,7 @@ def test_a_failing_read_fails_the_cell_and_the_other_jobs_finish(tmp_path, refus
     run.files.write()
     cell = Cell("cpu-only", 64 * K, 1, jobs=2, batch=4, requests_per_job=8)
     inner = PosixReader()
-    inner.open(run.files.paths, cell)
+    inner.open(run.files.paths, read_shape(cell))
     failing = Failing(inner, cell.slots, refuse, short)
     outcome: list[BaseException] = []
 
@@ -413,7 +412,7 @@ def test_a_gpu_transfer_without_a_gpu_is_skipped_with_its_reason(tmp_path, libcu
 
     sweep = json.loads(results.read_text())["sweep"]
     assert sweep["files"]["removed"] is True
-    assert (sweep["config"]["jobs"], sweep["config"]["sources"]["jobs"]) == (2, "test-drive.toml")
+    assert (sweep["config"]["jobs"], sweep["config"]["sources"]["jobs"]) == (2, str(drive))
     cells = {cell["id"]: cell for cell in sweep["cells"]}
     for skipped in (cells["gpu-direct-1M-16"], cells["gpu-direct-1M-1"]):
         assert skipped["outcome"] == "SKIPPED" and "CUDA_ERROR_NO_DEVICE" in skipped["reason"]
@@ -436,8 +435,11 @@ def test_a_gpu_transfer_without_a_gpu_is_skipped_with_its_reason(tmp_path, libcu
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--sweep-threads", "0"], "ERROR: --sweep-threads '0': a thread count is a whole number >= 1"),
-        (["--transfer", "gpu"], "ERROR: --transfer 'gpu': unknown transfer type; use one or more of gpu-direct"),
+        (["--sweep-threads", "0"], "ERROR: --sweep-threads '0': item 1: must be a whole number >= 1"),
+        (
+            ["--transfer", "gpu"],
+            "ERROR: --transfer 'gpu': item 1: unknown transfer; use one of gpu-direct, cpu-gpu, cpu-only",
+        ),
         (["--sweep-file-bytes", "64K"], "ERROR: sweep file size 64K (command line) is smaller than the largest block"),
     ],
 )

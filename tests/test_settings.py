@@ -1,10 +1,24 @@
-"""Options over the threshold file: every bad value stops the run before any I/O, naming the value and the fix."""
+"""The settings table and the resolved run: every bad value stops the run before any I/O, naming the value and the
+fix; each value's origin is recorded; one row drives every place an option appears; one space check, with a fix."""
 
+import argparse
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import ckptqual
+from ckptqual.config.drive_file import load_drive_file
 from ckptqual.config.run_settings import Options, SettingsError, resolve_settings
+from ckptqual.config.space import check_space, space_needed
+from ckptqual.config.table import SETTINGS, Setting, add_options
+from ckptqual.config.values import whole
+from ckptqual.host import gpu
+
+ROOT = Path(ckptqual.__file__).parents[2]
+LOCAL = str(ROOT / "thresholds" / "local.toml")
 
 
 def resolve(**options) -> object:
@@ -30,31 +44,53 @@ def test_command_line_overrides_the_drive_file():
     )
 
 
+def test_command_line_text_is_read_as_its_flag_reads_it():
+    settings = resolve(scale="0.0001", passes="2", memory_budget_bytes="1G", keep=True, sweep_threads="8,2")
+    assert (settings.scale, settings.passes, settings.memory_budget_bytes, settings.keep) == (0.0001, 2, 1 << 30, True)
+    assert settings.sweep.threads == (8, 2)
+
+
+def test_to_dict_records_where_every_value_came_from():
+    data = resolve(scale="0.0001", seed=7).to_dict()
+    assert {row.name for row in SETTINGS} <= set(data) and set(data["sources"]) == {row.name for row in SETTINGS}
+    assert (data["scale"], data["sources"]["scale"]) == (0.0001, "command line")
+    assert (data["passes"], data["sources"]["passes"]) == (3, LOCAL)
+    assert (data["rank_timeout_s"], data["sources"]["rank_timeout_s"]) == (600.0, "default")
+    assert (data["sweep_jobs"], data["sources"]["sweep_jobs"]) == (4, LOCAL)
+    assert (data["drive"], data["thresholds_file"]) == ("local disk (no drive-specific thresholds)", LOCAL)
+    assert data["sources"]["seed"] == "command line" and data["sources"]["memory_budget_bytes"] == "default"
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
         ({"scale": 0.0}, "--scale 0.0: must be a number with 0 < scale <= 1"),
         ({"scale": 1.5}, "--scale 1.5: must be a number with 0 < scale <= 1"),
         ({"scale": float("nan")}, "--scale nan"),
+        ({"scale": "abc"}, "--scale 'abc': must be a number with 0 < scale <= 1"),
         ({"engine": "fio"}, "--engine 'fio': unknown engine; use one of stream, torch-save"),
         ({"drive": "d9-unknown"}, "unknown drive 'd9-unknown'; available: d5-p5336, d7-ps1010, local"),
         ({"workload": "gpt-17"}, "--workload: "),
         ({"checkpoints_per_pass": 0}, "--checkpoints-per-pass 0: must be a whole number >= 1"),
-        ({"passes": -1}, "--passes -1: must be a whole number >= 1"),
+        ({"passes": -1}, "--passes -1: must be a whole number from 1 to 100"),
         ({"fill_fraction": 1.5}, "--fill-fraction 1.5: must be a number with 0 < fraction <= 1"),
         ({"rank_timeout_s": 0}, "--rank-timeout 0: must be a number > 0 seconds"),
         ({"rank_timeout_s": float("inf")}, "--rank-timeout inf: must be a number > 0 seconds"),
         ({"target": Path("/etc")}, "--target: target /etc is a system directory"),
-        ({"passes": 1_000_000_000}, "--passes 1000000000: at most 100"),
+        ({"passes": 1_000_000_000}, "--passes 1000000000: must be a whole number from 1 to 100"),
         ({"seed": -1}, "--seed -1: must be a whole number from 0 to 4294967295"),
         ({"seed": 2**32}, "--seed 4294967296: must be a whole number from 0 to 4294967295"),
         ({"layout_seed": -3}, "--layout-seed -3: must be a whole number from 0 to 4294967295"),
         ({"layout_examples": 10**9}, "--layout-examples 1000000000: must be a whole number from 0 to 10000"),
+        ({"layout_max_total_bytes": "64MB"}, "--layout-max-bytes '64MB': must be a size in bytes"),
+        ({"memory_budget_bytes": "0"}, "--memory-budget '0': must be a size in bytes"),
+        ({"restore_checkpoints": 4}, "--restore-checkpoints 4: only 3 checkpoints are kept"),
         ({"workload": "llama3-1t", "scale": 1e-6}, "--workload llama3-1t: 1024 ranks, but this host can run at most"),
+        ({"frobs": 3}, "unknown setting 'frobs'; known: drive, target"),
     ],
 )
 def test_bad_options_are_refused_with_value_and_fix(options, message):
-    with pytest.raises(SettingsError, match=None) as error:
+    with pytest.raises(SettingsError) as error:
         resolve(**options)
     assert message in str(error.value)
     assert "\n" not in str(error.value)
@@ -65,17 +101,21 @@ def test_torch_save_refuses_files_over_the_memory_budget_up_front():
         resolve(engine="torch-save", scale=0.001, memory_budget_bytes=100 << 20)
 
 
-def test_full_scale_review_on_stream_needs_no_memory_but_space(tmp_path):
-    expected = r"the fill needs 4,907.\d+ GB \(3 checkpoints of 1,635.\d+ GB \+ 0.008 GB reserve\) .* use --scale"
-    with pytest.raises(SettingsError, match=expected):
-        resolve(scale=1.0, target=tmp_path)
+def test_a_fill_fraction_closer_to_the_user_than_a_count_decides(tmp_path):
+    per_capacity = resolve(fill_fraction=0.5, scale=0.0001, target=tmp_path)
+    assert per_capacity.sources["checkpoints_per_pass"] == "command line"
+    assert per_capacity.checkpoints_per_pass > 3  # half of this disk holds more than three 0.17 GB checkpoints
+    counted = resolve(fill_fraction=0.5, checkpoints_per_pass=2, scale=0.0001, target=tmp_path)
+    assert counted.checkpoints_per_pass == 2
 
 
-def test_a_target_too_small_for_the_plan_is_refused_before_any_write(tmpfs):
-    small = tmpfs("size=64m")
-    with pytest.raises(SettingsError, match=r"GB free; use --checkpoints-per-pass|GB free; use --scale"):
-        resolve(target=small)
-    assert list(small.iterdir()) == []
+def test_the_odd_layouts_shrink_with_the_scale_but_not_below_the_judged_size():
+    assert resolve().layout_max_total_bytes == 64 << 20  # local.toml's own scale: its 64 MiB
+    assert resolve(scale=0.001).layout_max_total_bytes == 128 << 20  # twice local.toml's scale
+    assert resolve(scale=0.0002).layout_max_total_bytes == int((64 << 20) * 0.4)
+    assert resolve(scale=0.00001).layout_max_total_bytes == 16 << 20  # floored: smaller layouts are not judged
+    given = resolve(scale=0.00001, layout_max_total_bytes="8M")
+    assert (given.layout_max_total_bytes, given.sources["layout_max_total_bytes"]) == (8 << 20, "command line")
 
 
 def test_a_results_path_that_is_a_directory_is_refused(tmp_path):
@@ -115,3 +155,185 @@ def test_a_layout_plan_with_a_file_name_too_long_for_the_filesystem_is_refused(t
     expected = r"has a name of 303 bytes, longer than the 255 that .* allows \(NAME_MAX\)"
     with pytest.raises(SettingsError, match=expected):
         resolve(layout_plan=path, scale=0.0001, target=target)
+
+
+# One row drives every place an option appears
+
+FROBS = Setting("frobs", "--frobs", "run", whole(1), "2", "frobs per pass")
+WITH_FROBS = (*SETTINGS, FROBS)
+
+
+def test_one_row_adds_the_flag_its_help_the_drive_file_key_and_the_overlay(tmp_path):
+    parser = argparse.ArgumentParser()
+    add_options(parser.add_argument, WITH_FROBS)
+    assert parser.parse_args(["--frobs", "5"]).frobs == "5" and parser.parse_args([]).frobs is None
+    assert "frobs per pass (default: the drive file's [run] frobs, else 2)" in " ".join(parser.format_help().split())
+    drive = tmp_path / "frobbing.toml"
+    drive.write_text('[drive]\nname = "frobbing"\n[run]\nfrobs = 7\n')
+    assert load_drive_file(str(drive), WITH_FROBS).values == {"frobs": 7}
+    with pytest.raises(SettingsError, match=r"run.frobs: unknown key in \[run\]"):
+        load_drive_file(str(drive))  # the shipped table has no such row
+    picked = [resolve_settings(options, WITH_FROBS) for options in ({"frobs": "5"}, {"drive": str(drive)}, {})]
+    assert [(run.frobs, run.sources["frobs"]) for run in picked] == [
+        (5, "command line"),
+        (7, str(drive)),
+        (2, "default"),
+    ]
+    assert picked[1].to_dict()["frobs"] == 7
+    drive.write_text('[drive]\nname = "frobbing"\n[run]\nfrobs = 0\n')
+    with pytest.raises(SettingsError, match=r"frobbing.toml: run.frobs = 0: must be a whole number >= 1"):
+        load_drive_file(str(drive), WITH_FROBS)
+    with pytest.raises(SettingsError, match=r"^--frobs 'many': must be a whole number >= 1$"):
+        resolve_settings({"frobs": "many"}, WITH_FROBS)
+
+
+def pytest_run(directory: Path, *args: str) -> subprocess.CompletedProcess:
+    """pytest in a child process with only ckptqual's options plugin (the rest of the plugin is not needed)."""
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:ckptqual"]
+    command += ["-p", "ckptqual.pytest_plugin.options", *args]
+    return subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=300)
+
+
+def test_pytest_help_shows_every_option_with_its_default_and_origin(tmp_path):
+    child = pytest_run(tmp_path, "--help")
+    assert child.returncode == 0, child.stderr
+    help_text = " ".join(child.stdout.split())
+    for row in (row for row in SETTINGS if row.flag):
+        assert f"{row.help_text()}" in help_text, row.name
+    scale = "--scale=SCALE shrink every tensor (and the odd layouts) by this factor, 0 < S <= 1"
+    assert f"{scale} (default: the drive file's [run] scale, else 1.0)" in help_text
+    assert "--target=TARGET directory on the drive under test, empty or ckptqual's own (default: a fresh" in help_text
+
+
+# The space check
+
+NEW_USER = {"drive": "d5-p5336", "scale": "0.001"}  # a review drive file scaled down, as a new user would try first
+ALL_PARTS = {"fill", "sweep", "layouts"}
+
+
+def fix_of(message: str) -> dict[str, str]:
+    """The options a refusal suggests, by setting name."""
+    flags = {row.flag: row.name for row in SETTINGS if row.flag}
+    advice = re.search(r"; use ((?:--[\w-]+ \S+ ?)+) \(then", message).group(1)
+    return {flags[flag]: value for flag, value in re.findall(r"(--[\w-]+) (\S+)", advice)}
+
+
+def test_a_new_user_on_a_12_GB_target_gets_one_refusal_whose_fix_fits_the_whole_run(tmp_path):
+    run = resolve_settings({**NEW_USER, "target": tmp_path})
+    with pytest.raises(SettingsError) as refusal:
+        check_space(run, ALL_PARTS, free_bytes=12 * 10**9)
+    message = str(refusal.value)
+    assert "\n" not in message
+    assert "the target has 12.000 GB free" in message
+    for part in ("raw baseline 1.636 GB", "fill 54.", "33 checkpoints of 1.6", "read sweep 17.180 GB: 16 files of 1G"):
+        assert part in message
+    assert "odd layouts 0.034 GB" in message  # 4 GiB at the file's scale 1.0, x 0.001, floored at 16 MiB, twice
+    fixed = resolve_settings({**NEW_USER, "target": tmp_path, **fix_of(message)})
+    check_space(fixed, ALL_PARTS, free_bytes=12 * 10**9)  # does not raise
+    assert space_needed(fixed, ALL_PARTS).total <= 12 * 10**9
+
+
+@pytest.mark.parametrize(
+    ("parts", "free_bytes", "fix"),
+    [
+        ({"fill"}, 20 * 10**9, "--checkpoints-per-pass 12"),  # fewer checkpoints first
+        ({"fill"}, 4 * 10**9, "--checkpoints-per-pass 3 --scale 0.00079"),  # then a smaller scale
+        ({"fill", "sweep"}, 12 * 10**9, "--checkpoints-per-pass 3 --sweep-file-bytes 256M"),
+        ({"sweep"}, 2 * 10**9, "--sweep-file-bytes 64M"),  # the sweep's files do not shrink with the scale
+    ],
+)
+def test_the_fix_changes_the_first_thing_that_makes_the_run_fit(tmp_path, parts, free_bytes, fix):
+    run = resolve_settings({**NEW_USER, "target": tmp_path})
+    with pytest.raises(SettingsError, match=f"; use {fix} \\(then the run needs") as refusal:
+        check_space(run, parts, free_bytes=free_bytes)
+    check_space(resolve_settings({**NEW_USER, "target": tmp_path, **fix_of(str(refusal.value))}), parts, free_bytes)
+
+
+def test_a_run_that_fits_nowhere_is_told_to_use_a_larger_target(tmp_path):
+    with pytest.raises(SettingsError, match=r"GB free \(.*\); use a larger target$"):
+        check_space(resolve_settings({"target": tmp_path}), ALL_PARTS, free_bytes=1 << 20)
+
+
+def test_only_the_parts_that_run_count(tmp_path):
+    run = resolve_settings({**NEW_USER, "target": tmp_path})
+    need = space_needed(run, {"fill"})
+    assert (need.sweep, need.layouts) == (0, 0) and need.fill > 0
+    assert space_needed(run, set()).total == run.baseline_bytes + (8 << 20)  # the baseline always runs
+    assert space_needed(run, ALL_PARTS).total == need.fill + run.sweep.files_bytes + (8 << 20)
+
+
+def test_a_real_small_target_is_refused_before_any_write_and_the_fix_fits_it(tmpfs):
+    small = tmpfs("size=1g")
+    with pytest.raises(SettingsError, match=r"GB free \(.*\); use --sweep-file-bytes 64M --scale") as refusal:
+        check_space(resolve(target=small), ALL_PARTS)
+    assert list(small.iterdir()) == []
+    check_space(resolve(target=small, **fix_of(str(refusal.value))), ALL_PARTS)
+
+
+# Which parts run: the selected tests and the transfer types this host can run (a real pytest child, -k and all)
+
+SPACE_CONFTEST = """
+import pytest
+from ckptqual.pytest_plugin.options import settings
+from ckptqual.runs.sweep.cells import plan_cells
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "qualification: a check of the qualification suite")
+
+def pytest_generate_tests(metafunc):
+    if "sweep_cell" in metafunc.fixturenames:
+        cells = plan_cells(settings(metafunc.config).sweep)
+        metafunc.parametrize("sweep_cell", cells, ids=[cell.id for cell in cells])
+
+@pytest.fixture
+def fill_pass():
+    return 1
+
+@pytest.fixture
+def layout_strategy():
+    return None
+"""
+SPACE_TESTS = """
+import pytest
+
+pytestmark = pytest.mark.qualification
+
+def test_fill(fill_pass): pass
+def test_restore(): pass
+def test_read_sweep(sweep_cell): pass
+def test_shard_layouts(layout_strategy): pass
+"""
+
+
+@pytest.fixture
+def suite(tmp_path, tmpfs) -> tuple[Path, list[str]]:
+    """A qualification-shaped suite whose target holds the fill (3 x 0.17 GB) but not the fill and the sweep's
+    files (4 x 256 MiB) at once; the layouts (2 x 16 MiB) fit beside the fill."""
+    (tmp_path / "conftest.py").write_text(SPACE_CONFTEST)
+    (tmp_path / "test_suite.py").write_text(SPACE_TESTS)
+    target = tmpfs("size=1g")
+    return tmp_path, ["--target", str(target), "--scale", "0.0001", "--collect-only", "-q"]
+
+
+def test_the_sweeps_files_are_refused_when_they_do_not_fit(suite):
+    directory, options = suite
+    child = pytest_run(directory, *options)
+    assert child.returncode == pytest.ExitCode.USAGE_ERROR, child.stdout + child.stderr
+    assert "read sweep 1.074 GB: 4 files of 256M" in child.stderr and "; use --" in child.stderr
+
+
+def test_fill_or_restore_is_not_refused_for_the_sweeps_or_the_layouts_space(suite):
+    directory, options = suite
+    child = pytest_run(directory, *options, "-k", "fill or restore", "--layout-max-bytes", "1G")
+    assert child.returncode == pytest.ExitCode.OK, child.stdout + child.stderr
+    assert "2/30 tests collected (28 deselected)" in child.stdout
+
+
+def test_gpu_direct_cells_are_not_counted_on_a_host_without_a_gpu(suite):
+    directory, options = suite
+    runnable = gpu.probe().problem("gpu-direct") is None
+    child = pytest_run(directory, *options, "--transfer", "gpu-direct")
+    expected = pytest.ExitCode.USAGE_ERROR if runnable else pytest.ExitCode.OK  # skipped cells write no files
+    assert child.returncode == expected, child.stdout + child.stderr
+    counted = pytest_run(directory, *options, "--transfer", "gpu-direct,cpu-only")
+    assert counted.returncode == pytest.ExitCode.USAGE_ERROR, counted.stdout + counted.stderr

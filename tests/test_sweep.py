@@ -1,97 +1,104 @@
-"""The read sweep's planning and arithmetic: options and their errors, cells, offsets, GiB/s, IOPS, latency."""
+"""The read sweep's planning and arithmetic: its options and their errors, cells, offsets, GiB/s, IOPS, latency."""
 
 import numpy as np
 import pytest
 
+from ckptqual.config.drive_file import load_drive_file
+from ckptqual.config.run_settings import SettingsError, SweepConfig, resolve_settings
+from ckptqual.config.table import setting
 from ckptqual.host.gpu import HostGpu
+from ckptqual.io.readers import TRANSFERS
 from ckptqual.limits.judgement import judge
-from ckptqual.limits.thresholds import TRANSFERS, SweepSettings, load_thresholds
-from ckptqual.pytest_plugin.sweep import summary_lines
+from ckptqual.report.sweep_table import sweep_lines as summary_lines
 from ckptqual.runs.sweep.cells import (
-    DEFAULT_REQUESTS,
     Cell,
-    SweepConfig,
-    SweepOptionError,
     cell_stats,
     job_offsets,
     matrix,
     next_start,
-    parse_block_sizes,
-    parse_file_bytes,
-    parse_requests,
-    parse_threads,
-    parse_transfers,
     percentile,
     plan_cells,
     requests_per_job,
-    resolve_sweep,
 )
 
 K, M = 1 << 10, 1 << 20
 
 
+def option(name: str, text: str) -> object:
+    return setting(name).from_command_line(text)
+
+
 def test_options_parse_lists():
-    assert parse_block_sizes("1M,128K, 8K") == (M, 128 * K, 8 * K)
-    assert parse_block_sizes("4096") == (4096,)
-    assert parse_threads("128,16,1") == (128, 16, 1)
-    assert parse_transfers("gpu-direct,cpu-only") == ("gpu-direct", "cpu-only")
-    assert parse_file_bytes("256M") == 256 * M
-    assert parse_requests("64") == 64
+    assert option("sweep_block_sizes_bytes", "1M,128K, 8K") == (M, 128 * K, 8 * K)
+    assert option("sweep_block_sizes_bytes", "4096") == (4096,)
+    assert option("sweep_threads", "128,16,1") == (128, 16, 1)
+    assert option("sweep_transfers", "gpu-direct,cpu-only") == ("gpu-direct", "cpu-only")
+    assert option("sweep_file_bytes", "256M") == 256 * M
+    assert option("sweep_requests", "64") == 64
 
 
 @pytest.mark.parametrize(
-    ("parse", "text", "expected"),
+    ("name", "text", "expected"),
     [
-        (parse_threads, "0", r"--sweep-threads '0': a thread count is a whole number >= 1, e\.g\. --sweep-threads"),
-        (parse_threads, "4,-1", r"'-1': a thread count is a whole number >= 1"),
-        (parse_threads, "four", r"'four': a thread count"),
-        (parse_threads, "4,4", r"lists a value twice"),
-        (parse_threads, "4,,1", r"without empty items"),
-        (parse_block_sizes, "3X", r"--sweep-block-sizes '3X': not a size; .*e\.g\. --sweep-block-sizes 1M,128K,8K"),
-        (parse_block_sizes, "6K", r"6K: a block must be a multiple of 4K"),
-        (parse_block_sizes, "1M,1024K", r"names one size twice"),
-        (parse_transfers, "gpu", r"--transfer 'gpu': unknown transfer type; use one or more of gpu-direct,cpu-gpu"),
-        (parse_file_bytes, "lots", r"--sweep-file-bytes 'lots': not a size"),
-        (parse_file_bytes, "5000", r"must be a multiple of 4K"),
-        (parse_requests, "0", r"--sweep-requests '0': must be a whole number >= 1"),
+        ("sweep_threads", "0", r"^--sweep-threads '0': item 1: must be a whole number >= 1$"),
+        ("sweep_threads", "4,-1", r"'4,-1': item 2: must be a whole number >= 1"),
+        ("sweep_threads", "four", r"'four': item 1: must be a whole number"),
+        ("sweep_threads", "4,4", r"lists a value twice; list each once"),
+        ("sweep_threads", "4,,1", r"'4,,1': item 2: must be a whole number"),
+        (
+            "sweep_block_sizes_bytes",
+            "3X",
+            r"^--sweep-block-sizes '3X': item 1: must be a size in bytes, a multiple of 4K, written like 1048576 or",
+        ),
+        ("sweep_block_sizes_bytes", "6K", r"'6K': item 1: must be a size in bytes, a multiple of 4K"),
+        ("sweep_block_sizes_bytes", "1M,1024K", r"lists a value twice"),
+        ("sweep_transfers", "gpu", r"^--transfer 'gpu': item 1: unknown transfer; use one of gpu-direct, cpu-gpu, "),
+        ("sweep_file_bytes", "lots", r"--sweep-file-bytes 'lots': must be a size in bytes"),
+        ("sweep_file_bytes", "5000", r"must be a size in bytes, a multiple of 4K"),
+        ("sweep_requests", "0", r"--sweep-requests '0': must be a whole number >= 1"),
     ],
 )
-def test_bad_options_name_the_value_and_the_fix(parse, text, expected):
-    with pytest.raises(SweepOptionError, match=expected) as raised:
-        parse(text)
+def test_bad_options_name_the_value_and_the_fix(name, text, expected):
+    with pytest.raises(SettingsError, match=expected) as raised:
+        option(name, text)
     assert "\n" not in str(raised.value)
 
 
-def test_command_line_over_threshold_file_over_defaults():
-    from_file = SweepSettings(block_sizes_bytes=(M, 8 * K), threads=(8, 1), jobs=2, batch=4, file_bytes=64 * M)
-    config = resolve_sweep(from_file, "x.toml", threads=(2,), transfers=("cpu-only",))
+def test_command_line_over_drive_file_over_defaults(tmp_path):
+    drive = tmp_path / "x.toml"
+    drive.write_text('[drive]\nname = "x"\n[sweep]\nblock_sizes = ["1M", "8K"]\nthreads = [8, 1]\njobs = 2\nbatch = 4\n'
+                     "file_bytes = 67108864\n")  # fmt: skip
+    config = resolve_settings({"drive": str(drive), "sweep_threads": "2", "sweep_transfers": "cpu-only"}).sweep
     assert config.block_sizes_bytes == (M, 8 * K)
     assert config.threads == (2,)
     assert (config.jobs, config.batch, config.file_bytes) == (2, 4, 64 * M)
     assert config.transfers == ("cpu-only",)
-    assert config.requests == DEFAULT_REQUESTS
+    assert config.requests == 2048
     assert config.sources["threads"] == "command line"
-    assert config.sources["jobs"] == "x.toml"
-    assert config.sources["requests"] == "ckptqual default"
-    assert resolve_sweep(SweepSettings()).transfers == TRANSFERS
+    assert config.sources["jobs"] == str(drive)
+    assert config.sources["requests"] == "default"
+    assert SweepConfig().transfers == TRANSFERS
 
 
-def test_packaged_threshold_files_resolve_to_the_documented_matrices():
-    local = resolve_sweep(load_thresholds("local").sweep)
+def test_packaged_drive_files_resolve_to_the_documented_matrices():
+    local = resolve_settings({"drive": "local"}).sweep
     assert (local.block_sizes_bytes, local.threads, local.jobs, local.batch) == ((M, 128 * K, 8 * K), (16, 4, 1), 4, 16)
     assert local.files_bytes == 4 * 256 * M
-    review = resolve_sweep(load_thresholds("d5-p5336").sweep)
+    review = resolve_settings({"drive": "d5-p5336"}).sweep
     assert len(plan_cells(review)) == 5 * 7 * len(review.transfers)
     assert (review.jobs, review.batch) == (16, 16)
 
 
-def test_settings_that_do_not_fit_together_are_refused():
-    with pytest.raises(SweepOptionError, match=r"file size 64K \(command line\) is smaller than the largest block 1M"):
-        resolve_sweep(SweepSettings(block_sizes_bytes=(M,)), file_bytes=64 * K)
-    with pytest.raises(SweepOptionError, match=r"x\.toml \[sweep\] block_sizes 6K: a block must be a multiple of 4K"):
-        resolve_sweep(SweepSettings(block_sizes_bytes=(6 * K,)), "x.toml")
-    with pytest.raises(SweepOptionError, match=r"file_bytes 5000: must be a multiple of 4096"):
-        resolve_sweep(SweepSettings(block_sizes_bytes=(4 * K,), file_bytes=5000), "x.toml")
+def test_settings_that_do_not_fit_together_are_refused(tmp_path):
+    with pytest.raises(SettingsError, match=r"file size 64K \(command line\) is smaller than the largest block 1M"):
+        resolve_settings({"sweep_block_sizes_bytes": "1M", "sweep_file_bytes": "64K"})
+    drive = tmp_path / "x.toml"
+    drive.write_text('[drive]\nname = "x"\n[sweep]\nblock_sizes = ["6K"]\n')
+    with pytest.raises(
+        SettingsError,
+        match=r"x\.toml: sweep\.block_sizes = \['6K'\]: item 1: must be a size in bytes, a multiple of 4K",
+    ):
+        resolve_settings({"drive": str(drive)})
 
 
 def test_cells_in_order_with_ids_free_of_the_drive():
@@ -224,20 +231,20 @@ def test_what_a_host_can_run():
 
 def test_sweep_bandwidth_in_GiBps_is_judged_right_against_relative_and_absolute_limits():
     """The sweep reports GiB/s; a relative limit converts it before dividing by the raw_read baseline (B/s)."""
-    local = load_thresholds("local")
+    local = load_drive_file("local")
     context = {"transfer": "cpu-only", "block_size": "1M", "threads": 16}
     baselines = {"raw_read": 1e9, "raw_write": 1e9}
-    (relative,) = judge(local, "sweep_read_bandwidth", 0.3, "GiB/s", context, baselines, 1.0)
+    (relative,) = judge(local.limits, "sweep_read_bandwidth", 0.3, "GiB/s", context, baselines, 1.0)
     assert relative.verdict.measured == pytest.approx(0.3 * 2**30 / 1e9)
     assert relative.outcome == "PASS"
-    (low,) = judge(local, "sweep_read_bandwidth", 0.09, "GiB/s", context, baselines, 1.0)
+    (low,) = judge(local.limits, "sweep_read_bandwidth", 0.09, "GiB/s", context, baselines, 1.0)
     assert low.outcome == "FAIL"  # 0.0966 of raw_read < 0.1
-    (unjudged,) = judge(local, "sweep_read_bandwidth", 0.01, "GiB/s", context | {"block_size": "8K"}, {}, 1.0)
+    (unjudged,) = judge(local.limits, "sweep_read_bandwidth", 0.01, "GiB/s", context | {"block_size": "8K"}, {}, 1.0)
     assert unjudged.outcome == "MEASURED"
-    review = load_thresholds("d5-p5336")
+    review = load_drive_file("d5-p5336")
     cell = {"transfer": "gpu-direct", "block_size": "1M", "threads": 128}
-    (absolute,) = judge(review, "sweep_read_bandwidth", 3.79, "GiB/s", cell, {}, 1.0)
+    (absolute,) = judge(review.limits, "sweep_read_bandwidth", 3.79, "GiB/s", cell, {}, 1.0)
     assert absolute.verdict.measured == pytest.approx(3.79)
     assert absolute.outcome == "PASS"
-    (below,) = judge(review, "sweep_read_bandwidth", 3.77, "GiB/s", cell, {}, 1.0)
+    (below,) = judge(review.limits, "sweep_read_bandwidth", 3.77, "GiB/s", cell, {}, 1.0)
     assert below.outcome == "FAIL"

@@ -16,23 +16,12 @@ from typing import Any
 
 import pytest
 
-from ckptqual.host.target import (
-    FILE_LIST,
-    LOCK_FILE,
-    NOT_OURS,
-    RUN_MARKER,
-    RUN_PREFIX,
-    TARGET_MARKER,
-    Removal,
-    TargetError,
-    check_target,
-    describe_leftovers,
-    identify,
-    leftover_runs,
-    open_target,
-    remove_owned,
-    write_file_list,
-)
+from ckptqual.host.guard import LOCK_FILE, RUN_MARKER, RUN_PREFIX, TARGET_MARKER, TargetError
+from ckptqual.host.identity import identify
+from ckptqual.host.leftovers import describe_leftovers, leftover_runs
+from ckptqual.host.manifest import FILE_LIST, write_file_list
+from ckptqual.host.removal import NOT_OURS, remove_owned
+from ckptqual.host.target import check_target, open_target
 
 # A run in another process: opens the target, declares and writes one checkpoint file of argv[2] bytes, prints
 # its run directory, then waits for a line on stdin before cleaning up (or is killed before that).
@@ -245,6 +234,16 @@ def test_foreign_files_inside_the_run_and_a_checkpoint_survive_cleanup_and_are_l
     assert removal.removed_files == 6  # 2 checkpoints x 2 files, the raw file, the manifest
 
 
+def test_declared_names_are_taken_literally_not_as_globs(tmp_path):
+    target = open_target(tmp_path)
+    target.declare("raw", ["rank[0]/a.bin"])
+    write(target.run_dir / "raw" / "rank[0]" / "a.bin")
+    theirs = write(target.run_dir / "raw" / "rank0" / "a.bin")  # what the glob rank[0] would match
+    removal = target.cleanup()
+    assert removal is not None and [entry.path for entry in removal.left] == [f"{target.run_dir.name}/raw/rank0"]
+    assert theirs.is_file() and not (target.run_dir / "raw" / "rank[0]").exists()
+
+
 def test_files_of_the_run_directory_itself_are_declared_with_dot(tmp_path):
     target = open_target(tmp_path)
     target.declare(".", ["cufile.log"])
@@ -345,6 +344,8 @@ def test_removal_travels_between_processes(tmp_path):
     target.declare("checkpoints/checkpoint-*", ["rank-0/model.pt", "optim.pt"])
     first = write_checkpoint(target.run_dir, 1)
     write(first / "notes.txt")
+    predicted = remove_owned(target.run_dir, only=first, dry_run=True)
+    assert pickle.loads(pickle.dumps(predicted)) == predicted
     result = subprocess.run(
         [sys.executable, "-m", "ckptqual.host.target", "remove", str(target.run_dir), "--only", str(first)],
         capture_output=True,
@@ -352,10 +353,12 @@ def test_removal_travels_between_processes(tmp_path):
         timeout=60,
     )
     assert result.returncode == 1, result.stderr
-    removal = Removal.from_dict(json.loads(result.stdout))
-    assert removal.removed_files == 2 and not removal.complete
-    assert [entry.path for entry in removal.left] == [f"{target.run_dir.name}/checkpoints/checkpoint-00001/notes.txt"]
-    assert pickle.loads(pickle.dumps(removal)) == removal
+    removal = json.loads(result.stdout)
+    assert removal == {**predicted.to_dict(), "dry_run": False}  # the dry run foretold it exactly
+    assert removal["removed_files"] == 2 and not removal["complete"]
+    assert [entry["path"] for entry in removal["left"]] == [
+        f"{target.run_dir.name}/{first.relative_to(target.run_dir)}/notes.txt"
+    ]
     target.cleanup()
 
 

@@ -29,6 +29,12 @@ def reports(tmp_path: Path) -> list[str]:
     return ["--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
 
 
+def summary_again(results_path: Path) -> subprocess.CompletedProcess:
+    """`ckptqual summary RESULTS.json`: the report drawn again from the record alone."""
+    command = [sys.executable, "-m", "ckptqual.cli", "summary", str(results_path)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
 def test_a_qualified_run_says_so_in_every_report(tmp_path):
     target = tmp_path / "target"
     target.mkdir()
@@ -48,6 +54,10 @@ def test_a_qualified_run_says_so_in_every_report(tmp_path):
     }
     summary = done.stdout[done.stdout.index("ckptqual summary") :]
     assert "every byte verified" in summary and summary.split("every byte verified")[1].split("\n")[0].endswith("PASS")
+    again = summary_again(tmp_path / "r.json")
+    assert again.returncode == 0 and again.stdout.splitlines()[-1] == "ckptqual verdict: QUALIFIED"
+    drawn = again.stdout.splitlines()[1:-1]  # the record's summary, as the run printed it
+    assert len(drawn) > 5 and all(line in done.stdout.splitlines() for line in drawn)
 
 
 def test_a_pass_that_fails_its_limit_and_the_steady_state_shows_both_and_is_not_qualified(tmp_path):
@@ -75,6 +85,8 @@ source = "test: no drive writes a terabyte a second"
     assert data["verdict"]["overall"] == "NOT QUALIFIED"
     assert data["verdict"]["reasons"][0] == message
     assert junit_cases(tmp_path / "q.xml")["verdict"]["outcome"] == "failure"
+    again = summary_again(tmp_path / "r.json")
+    assert again.returncode == 1 and again.stdout.splitlines()[-1] == done.stdout.rstrip().splitlines()[-1]
 
 
 @pytest.mark.skipif(gpu.probe().problem("gpu-direct") is None, reason="this host can run gpu-direct cells")

@@ -4,7 +4,7 @@ import pytest
 
 from ckptqual.faults import RunError
 from ckptqual.limits.judgement import Judgement
-from ckptqual.limits.thresholds import Limit, Outcome, Verdict
+from ckptqual.limits.limits import Limit, Outcome, Verdict
 from ckptqual.limits.verdict import Findings, Overall, outcome_of_error, overall_verdict, unjudged_limits
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ckptqual.limits.thresholds import Outcome
+from ckptqual.limits.limits import Outcome
 from ckptqual.runs.qualification import fill_measurements
 
 pytestmark = pytest.mark.qualification

@@ -1,4 +1,5 @@
-"""The `ckptqual` command: plan a workload's space, list workloads, clean a target. pytest stays the main interface."""
+"""The `ckptqual` command: plan a workload's space, list workloads, clean a target, print a run's summary again.
+pytest stays the main interface."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Iterator, Sequence
 from itertools import groupby
 from pathlib import Path
 
+from ckptqual.config.table import add_options, setting
+from ckptqual.config.values import SettingsError
 from ckptqual.host.target import (
     KEPT,
     LOCK_FILE,
@@ -24,21 +27,7 @@ from ckptqual.host.target import (
 )
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.workloads import WorkloadError, available_workloads, load_workload
-
-
-class UsageError(Exception):
-    """A bad command-line value; the message names the value and the fix."""
-
-
-def parse_scale(text: str) -> float:
-    """The --scale value: a number in (0, 1]."""
-    try:
-        scale = float(text)
-    except ValueError:
-        scale = float("nan")
-    if not 0 < scale <= 1:
-        raise UsageError(f"--scale: must be a number in (0, 1] such as 0.01 (1 = full size), got {text!r}")
-    return scale
+from ckptqual.report.terminal import report_sections, verdict_line
 
 
 def _rank_rows(plan: CheckpointPlan) -> Iterator[tuple[str, int, int]]:
@@ -67,7 +56,8 @@ def format_plan(plan: CheckpointPlan) -> str:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """`ckptqual plan WORKLOAD [--scale S] [--json]`."""
-    scale = parse_scale(args.scale)
+    row = setting("scale")
+    scale = row.from_command_line(args.scale if args.scale is not None else row.default)
     plan = load_workload(args.workload).plan()
     if scale != 1:
         plan = plan.scaled(scale)
@@ -145,13 +135,34 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0 if cleaning.complete else 1
 
 
+def cmd_summary(args: argparse.Namespace) -> int:
+    """`ckptqual summary RESULTS.json`: the run's terminal report again, from its record; 0 only if QUALIFIED."""
+    data = _load_results(Path(args.results))
+    for title, lines in report_sections(data):
+        print(f"== {title} ==", *lines, sep="\n")
+    print(verdict_line(data))
+    return 0 if data.get("verdict", {}).get("overall") == "QUALIFIED" else 1
+
+
+def _load_results(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as error:
+        raise SettingsError(f"{path}: {error.strerror}; give the file written by --results") from None
+    except json.JSONDecodeError as error:
+        raise SettingsError(f"{path}: not JSON ({error}); give the file written by --results") from None
+    if not isinstance(data, dict) or "settings" not in data:
+        raise SettingsError(f"{path}: not a ckptqual results file (no settings); give the file written by --results")
+    return data
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, one subparser per subcommand."""
     parser = argparse.ArgumentParser(prog="ckptqual", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     plan = commands.add_parser("plan", help="how much space one checkpoint of a workload needs")
     plan.add_argument("workload", help="a name from `ckptqual workloads` or a path to a .toml file")
-    plan.add_argument("--scale", default="1", help="shrink every tensor by this factor, in (0, 1] (default 1)")
+    add_options(plan.add_argument, [setting("scale")], drive_file=False)
     plan.add_argument("--json", action="store_true", help="print CheckpointPlan.to_dict() as JSON")
     plan.set_defaults(func=cmd_plan)
     workloads = commands.add_parser("workloads", help="list the shipped workloads and their sizes")
@@ -163,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("target", help="the directory given as --target")
     clean.add_argument("--dry-run", action="store_true", help="only print what would be removed and what would be left")
     clean.set_defaults(func=cmd_clean)
+    summary = commands.add_parser("summary", help="print a run's summary and verdict again from its results file")
+    summary.add_argument("results", help="the JSON file written by --results")
+    summary.set_defaults(func=cmd_summary)
     return parser
 
 
@@ -171,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (UsageError, WorkloadError, TargetError) as err:
+    except (SettingsError, WorkloadError, TargetError) as err:
         print(f"ckptqual {args.command}: {err}", file=sys.stderr)
         return 2
 

@@ -1,222 +1,206 @@
-"""The settings of one qualification run: command-line options over the drive's threshold file, validated.
-
-Everything is checked here, before any I/O on the target: a bad value raises SettingsError with one line
-that names the value and the fix. Overlay order (as DCGM's): packaged file < user file < command line.
-"""
+"""The settings of one run, resolved from the table: command line over drive file over default, each value checked
+once and its origin recorded, then the checks that need several values or the host. Raises SettingsError before
+any I/O on the target."""
 
 from __future__ import annotations
 
-import math
 import os
 import resource
 import shutil
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
-from ckptqual.host.target import check_target, describe_leftovers
-from ckptqual.io.engines import ENGINES
-from ckptqual.limits.thresholds import Thresholds, load_thresholds
+from ckptqual.config.drive_file import DriveFile, load_drive_file
+from ckptqual.config.table import COMMAND_LINE, DEFAULT, SETTINGS, Setting, overlay, setting
+from ckptqual.config.values import SettingsError
+from ckptqual.host.target import check_target
+from ckptqual.limits.limits import MIN_JUDGED_BYTES
+from ckptqual.limits.units import format_size
+from ckptqual.plan.footprint import checkpoints_for_fraction
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.planfile import load_plan
 from ckptqual.plan.workloads import Workload, load_workload
-from ckptqual.runs.fill import checkpoints_for_fraction, space_problem
 
-DEFAULT_CHECKPOINTS_PER_PASS = 3
-DEFAULT_PASSES = 3
-DEFAULT_RANK_TIMEOUT_S = 600.0
 BASELINE_MAX_BYTES = 32 << 30
-DEFAULT_LAYOUT_EXAMPLES = 5
-DEFAULT_LAYOUT_MAX_BYTES = 64 << 20
-MAX_PASSES = 100  # SNIA's rule needs at most 25 rounds; more passes than this is a mistake, not a plan
-MAX_LAYOUT_EXAMPLES = 10_000
-MAX_SEED = 2**32 - 1
 # Private memory of one idle rank process (torch imported, buffers allocated), measured: ~150 MiB; with headroom.
 RANK_MEMORY_BYTES = 200 << 20
 _HOST_MEMORY_SHARE = 0.9
 _MEMORY_SHARE = 0.5
-T = TypeVar("T")
 # What a file path gains inside the target: run directory (ckptqual-run-YYYYmmdd-HHMMSS-xxxxxxxx/) and the deepest
 # place a plan's files go (checkpoints/checkpoint-00000/, layouts/layout-000-regular/).
 _RUN_PATH_BYTES = 100
+_PRECEDENCE = {COMMAND_LINE: 0, DEFAULT: 2}  # a drive file's path ranks 1
+Options = dict[str, Any]  # command-line values by setting name; None or absent: not given
 
 
-class SettingsError(ValueError):
-    """A value the run cannot use; the message names it and the fix."""
+def _default(name: str) -> Any:
+    return setting(name).default_value()
 
 
 @dataclass(frozen=True)
-class Options:
-    """What the user asked for on the command line (None: not given)."""
+class SweepConfig:
+    """The resolved read sweep: the matrix, the shape of each cell, the files it reads, and where each came from."""
 
-    drive: str = "local"
-    target: Path | None = None
-    workload: str | None = None
-    scale: float | None = None
-    engine: str | None = None
-    checkpoints_per_pass: int | None = None
-    fill_fraction: float | None = None
-    passes: int | None = None
-    results: Path | None = None
-    keep: bool = False
-    rank_timeout_s: float = DEFAULT_RANK_TIMEOUT_S
-    memory_budget_bytes: int | None = None
-    seed: int | None = None
-    restore_checkpoints: int = 1
-    layout_examples: int | None = None
-    layout_seed: int | None = None
-    layout_plan: Path | None = None
+    block_sizes_bytes: tuple[int, ...] = _default("sweep_block_sizes_bytes")
+    threads: tuple[int, ...] = _default("sweep_threads")
+    jobs: int = _default("sweep_jobs")
+    batch: int = _default("sweep_batch")
+    file_bytes: int = _default("sweep_file_bytes")
+    transfers: tuple[str, ...] = _default("sweep_transfers")
+    requests: int = _default("sweep_requests")
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def files_bytes(self) -> int:
+        """Bytes the sweep writes before its first cell: one file per job."""
+        return self.jobs * self.file_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "block_sizes": [format_size(size) for size in self.block_sizes_bytes],
+            "threads": list(self.threads),
+            "jobs": self.jobs,
+            "batch": self.batch,
+            "file_bytes": self.file_bytes,
+            "transfers": list(self.transfers),
+            "requests_per_job": self.requests,
+            "sources": dict(self.sources),
+        }
 
 
 @dataclass(frozen=True)
 class RunSettings:
-    """The resolved run: drive limits, workload plan at scale, fill shape and housekeeping."""
+    """The resolved run: every row's value (as an attribute) and origin, the drive file, the workload's plan at
+    scale, the layout to replay, and the sweep."""
 
-    thresholds: Thresholds
+    thresholds: DriveFile
     workload: Workload
     plan: CheckpointPlan
-    engine: str
-    checkpoints_per_pass: int
-    passes: int
-    target: Path | None
-    results: Path | None
-    keep: bool
-    rank_timeout_s: float
-    memory_budget_bytes: int
-    seed: int
-    restore_checkpoints: int
-    layout_examples: int
-    layout_seed: int
-    layout_max_total_bytes: int
     layout_plan: CheckpointPlan | None
-    require_steady_state: bool
+    sweep: SweepConfig
+    values: Mapping[str, Any]
+    sources: Mapping[str, str]  # setting -> "command line", the drive file's path, or "default"
 
-    @property
-    def scale(self) -> float:
-        return self.plan.scale
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__.get("values", {})
+        if name not in values:
+            raise AttributeError(f"{type(self).__name__} has no setting {name!r}")
+        return values[name]
 
     @property
     def baseline_bytes(self) -> int:
         """Bytes per raw baseline round: one checkpoint, capped so that a full-scale run stays short."""
         return min(self.plan.total_bytes, BASELINE_MAX_BYTES)
 
-    def to_dict(self) -> dict:
+    @property
+    def space_path(self) -> Path:
+        return space_path(self.values)
+
+    def to_dict(self) -> dict[str, Any]:
         return {
+            **{name: str(value) if isinstance(value, Path) else value for name, value in self.values.items()},
             "drive": self.thresholds.drive.name,
             "thresholds_file": str(self.thresholds.path),
             "workload": self.plan.workload,
-            "scale": self.scale,
-            "engine": self.engine,
-            "checkpoints_per_pass": self.checkpoints_per_pass,
-            "passes": self.passes,
-            "target": str(self.target) if self.target else None,
-            "results": str(self.results) if self.results else None,
-            "keep": self.keep,
-            "rank_timeout_s": self.rank_timeout_s,
-            "memory_budget_bytes": self.memory_budget_bytes,
-            "seed": self.seed,
-            "restore_checkpoints": self.restore_checkpoints,
-            "require_steady_state": self.require_steady_state,
-            "layout_examples": self.layout_examples,
-            "layout_seed": self.layout_seed,
-            "layout_max_total_bytes": self.layout_max_total_bytes,
-            "layout_plan": self.layout_plan.workload if self.layout_plan else None,
+            "sources": dict(self.sources),
             "fsync": True,
             "direct_io": False,
         }
 
 
-def resolve_settings(options: Options) -> RunSettings:
-    """Validates `options` over the drive's threshold file; raises SettingsError before any I/O."""
+def resolve_settings(options: Mapping[str, Any], table: Iterable[Setting] = SETTINGS) -> RunSettings:
+    """`options` (command-line values by setting name) over the drive file over the defaults, fully checked."""
+    table = tuple(table)
+    drive_file = _drive_file(options, table)
+    values, sources = overlay(options, drive_file.values, str(drive_file.path), table)
+    workload = _workload(values["workload"])
+    plan = workload.plan().scaled(values["scale"])
+    _check_target_and_results(values)
+    values["checkpoints_per_pass"], sources["checkpoints_per_pass"] = _checkpoints_per_pass(values, sources, plan)
+    _check_host(plan, values)
+    values["seed"] = values["seed"] if values["seed"] is not None else int.from_bytes(os.urandom(4), "little")
+    values["memory_budget_bytes"] = values["memory_budget_bytes"] or default_memory_budget()
+    if values["engine"] == "torch-save":
+        _check_memory(plan, values["memory_budget_bytes"])
+    values["layout_max_total_bytes"] = _layout_bytes(values, sources, drive_file)
+    layout_plan = _layout_plan(values["layout_plan"], len(plan.ranks), space_path(values))
+    return RunSettings(drive_file, workload, plan, layout_plan, _sweep(values, sources), values, sources)
+
+
+def space_path(values: Mapping[str, Any]) -> Path:
+    """Where the run writes: the target, or the system temp dir under which a fresh one is made."""
+    return values["target"] if values["target"] is not None else Path(tempfile.gettempdir())
+
+
+def _drive_file(options: Mapping[str, Any], table: tuple[Setting, ...]) -> DriveFile:
+    drive = setting("drive", table)
+    name = drive.from_command_line(options["drive"]) if options.get("drive") is not None else drive.default_value()
     try:
-        thresholds = load_thresholds(options.drive)
-    except (ValueError, LookupError, FileNotFoundError) as error:
+        return load_drive_file(name, table)
+    except SettingsError as error:
         raise SettingsError(f"--drive: {error}") from error
-    run = thresholds.run
-    workload_name = _pick(options.workload, run.workload, "llama3.1-405b-review")
+
+
+def _workload(name: str) -> Workload:
     try:
-        workload = load_workload(workload_name)
+        return load_workload(name)
     except ValueError as error:
         raise SettingsError(f"--workload: {error}") from error
-    scale = _pick(options.scale, run.scale, 1.0)
-    if not (isinstance(scale, int | float) and math.isfinite(scale) and 0 < scale <= 1):
-        raise SettingsError(f"--scale {scale!r}: must be a number with 0 < scale <= 1, e.g. --scale 0.01")
-    plan = workload.plan().scaled(scale)
-    engine = _pick(options.engine, run.engine, "stream")
-    if engine not in ENGINES:
-        raise SettingsError(f"--engine {engine!r}: unknown engine; use one of {', '.join(ENGINES)}")
-    target = options.target
-    if target is not None:
-        problems = check_target(target)
-        if problems:
-            raise SettingsError(f"--target: {problems[0]}")
-    space_at = target if target is not None else Path(tempfile.gettempdir())
-    checkpoints = _checkpoints_per_pass(options, thresholds, plan, space_at)
-    passes = _pick(options.passes, run.passes, DEFAULT_PASSES)
-    _at_least_one("--passes", passes)
-    if passes > MAX_PASSES:
+
+
+def _check_target_and_results(values: Mapping[str, Any]) -> None:
+    target = values["target"]
+    problems = check_target(target) if target is not None else []
+    if problems:
+        raise SettingsError(f"--target: {problems[0]}")
+    if values["results"] is not None:
+        _check_results(values["results"], target)
+
+
+def _checkpoints_per_pass(values: Mapping[str, Any], sources: Mapping[str, str], plan: CheckpointPlan) -> tuple:
+    """Checkpoints per pass, from a fill fraction where one is given closer to the user than a count; with its
+    origin. The restore reads at most that many."""
+    count, source = values["checkpoints_per_pass"], sources["checkpoints_per_pass"]
+    fraction, fraction_source = values["fill_fraction"], sources["fill_fraction"]
+    if fraction is not None and _PRECEDENCE.get(fraction_source, 1) < _PRECEDENCE.get(source, 1):
+        capacity = shutil.disk_usage(space_path(values)).total
+        count, source = checkpoints_for_fraction(plan, capacity, fraction), fraction_source
+    if values["restore_checkpoints"] > count:
         raise SettingsError(
-            f"--passes {passes}: at most {MAX_PASSES}; the SNIA steady-state rule needs at most 25 rounds, "
-            f"e.g. --passes 3"
+            f"--restore-checkpoints {values['restore_checkpoints']}: only {count} checkpoints are kept; "
+            f"restore at most that many"
         )
-    _at_least_one("--restore-checkpoints", options.restore_checkpoints)
-    examples = options.layout_examples
-    if examples is not None and (isinstance(examples, bool) or not 0 <= examples <= MAX_LAYOUT_EXAMPLES):
-        raise SettingsError(f"--layout-examples {examples!r}: must be a whole number from 0 to {MAX_LAYOUT_EXAMPLES}")
-    _check_seed("--seed", options.seed)
-    _check_seed("--layout-seed", options.layout_seed)
-    _check_ranks(plan, workload_name)
-    _check_names(plan, space_at, "--workload")
-    if options.restore_checkpoints > checkpoints:
+    return count, source
+
+
+def _check_host(plan: CheckpointPlan, values: Mapping[str, Any]) -> None:
+    """The plan's ranks must fit this host, and its file names the target's filesystem."""
+    capacity = host_rank_capacity()
+    if len(plan.ranks) > capacity:
         raise SettingsError(
-            f"--restore-checkpoints {options.restore_checkpoints}: only {checkpoints} checkpoints "
-            f"are kept; restore at most that many"
+            f"--workload {values['workload']}: {len(plan.ranks)} ranks, but this host can run at most {capacity} "
+            f"({_available_memory_bytes() / 1e9:,.1f} GB of memory available, about {RANK_MEMORY_BYTES >> 20} MiB "
+            f"per rank, {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} open files); use a -subset workload "
+            f"(8 ranks), or spread the ranks over several nodes"
         )
-    if not (math.isfinite(options.rank_timeout_s) and options.rank_timeout_s > 0):
-        raise SettingsError(f"--rank-timeout {options.rank_timeout_s!r}: must be a number > 0 seconds, e.g. 600")
-    if options.results is not None:
-        _check_results(options.results, target)
-    budget = options.memory_budget_bytes or default_memory_budget()
-    if budget <= 0:
-        raise SettingsError(f"--memory-budget {budget!r}: must be > 0 bytes, e.g. 16G")
-    if engine == "torch-save":
-        _check_memory(plan, budget)
-    free = shutil.disk_usage(space_at).free
-    layout_bytes = _pick(thresholds.layouts.max_total_bytes, DEFAULT_LAYOUT_MAX_BYTES)
-    problem = space_problem(plan, checkpoints, free)  # the raw baseline's files are gone before the fill starts
-    if problem:
-        raise SettingsError(space_message(space_at, problem))
-    return RunSettings(
-        thresholds=thresholds,
-        workload=workload,
-        plan=plan,
-        engine=engine,
-        checkpoints_per_pass=checkpoints,
-        passes=passes,
-        target=target,
-        results=options.results,
-        keep=options.keep,
-        rank_timeout_s=options.rank_timeout_s,
-        memory_budget_bytes=budget,
-        seed=options.seed if options.seed is not None else int.from_bytes(os.urandom(4), "little"),
-        restore_checkpoints=options.restore_checkpoints,
-        layout_examples=_pick(options.layout_examples, thresholds.layouts.examples, DEFAULT_LAYOUT_EXAMPLES),
-        layout_seed=_pick(options.layout_seed, thresholds.layouts.seed, 0),
-        layout_max_total_bytes=layout_bytes,
-        require_steady_state=bool(thresholds.run.require_steady_state),
-        layout_plan=_layout_plan(options.layout_plan, len(plan.ranks), space_at),
-    )
+    _check_names(plan, space_path(values), "--workload")
 
 
-def space_message(where: Path, problem: str) -> str:
-    """The refusal of a run that does not fit, naming what earlier runs left on the target and how to remove it."""
-    leftovers = describe_leftovers(where) if where.is_dir() else None
-    return f"--target {where}: {problem}" + (f"; also, {leftovers}" if leftovers else "")
+def _layout_bytes(values: Mapping[str, Any], sources: Mapping[str, str], drive_file: DriveFile) -> int:
+    """The largest odd layout: as given on the command line, else scaled like the run against the drive file's
+    own scale, but not below the size under which a layout is not judged (unless the drive file asks less)."""
+    given = values["layout_max_total_bytes"]
+    if sources["layout_max_total_bytes"] == COMMAND_LINE:
+        return given
+    scaled = int(given * values["scale"] / drive_file.values.get("scale", _default("scale")))
+    return max(scaled, min(given, MIN_JUDGED_BYTES))
 
 
-def _layout_plan(path: Path | None, ranks: int, space_at: Path) -> CheckpointPlan | None:
-    """The plan file given to replay one layout, validated; it may use at most the run's ranks."""
+def _layout_plan(path: Path | None, ranks: int, where: Path) -> CheckpointPlan | None:
+    """The plan file given to replay one layout, checked; it may use at most the run's ranks."""
     if path is None:
         return None
     try:
@@ -228,13 +212,23 @@ def _layout_plan(path: Path | None, ranks: int, space_at: Path) -> CheckpointPla
             f"--layout-plan {path}: the layout has {len(plan.ranks)} ranks but the run has {ranks}; "
             f"use a --workload with at least {len(plan.ranks)} ranks"
         )
-    _check_names(plan, space_at, f"--layout-plan {path}")
+    _check_names(plan, where, f"--layout-plan {path}")
     return plan
 
 
-def _check_seed(option: str, seed: int | None) -> None:
-    if seed is not None and (isinstance(seed, bool) or not 0 <= seed <= MAX_SEED):
-        raise SettingsError(f"{option} {seed!r}: must be a whole number from 0 to {MAX_SEED}, e.g. {option} 42")
+def _sweep(values: Mapping[str, Any], sources: Mapping[str, str]) -> SweepConfig:
+    """The sweep's settings (the rows named sweep_*) and their origins; its files must hold the largest block."""
+    rows = {name.removeprefix("sweep_"): name for name in values if name.startswith("sweep_")}  # SweepConfig's fields
+    config = SweepConfig(
+        **{key: values[name] for key, name in rows.items()}, sources={k: sources[n] for k, n in rows.items()}
+    )
+    largest = max(config.block_sizes_bytes)
+    if config.file_bytes < largest:
+        raise SettingsError(
+            f"sweep file size {format_size(config.file_bytes)} ({sources['sweep_file_bytes']}) is smaller than the "
+            f"largest block {format_size(largest)}; use --sweep-file-bytes {format_size(largest * 64)} or more"
+        )
+    return config
 
 
 def host_rank_capacity() -> int:
@@ -245,36 +239,23 @@ def host_rank_capacity() -> int:
     return max(1, min(memory, files))
 
 
-def _check_ranks(plan: CheckpointPlan, workload: str) -> None:
-    """A plan with more ranks than this host can run would measure the host running out, not the drive."""
-    capacity = host_rank_capacity()
-    if len(plan.ranks) > capacity:
-        raise SettingsError(
-            f"--workload {workload}: {len(plan.ranks)} ranks, but this host can run at most {capacity} "
-            f"({_available_memory_bytes() / 1e9:,.1f} GB of memory available, about "
-            f"{RANK_MEMORY_BYTES >> 20} MiB per rank, {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} open files); "
-            f"use a -subset workload (8 ranks), or spread the ranks over several nodes"
-        )
-
-
 def _check_names(plan: CheckpointPlan, target: Path, option: str) -> None:
     """Every file name of `plan` must be legal on the target's filesystem (NAME_MAX) inside a run directory."""
     name_max = os.pathconf(target, "PC_NAME_MAX")
     path_max = os.pathconf(target, "PC_PATH_MAX")
     room = path_max - len(str(target.resolve())) - _RUN_PATH_BYTES
-    for rank in plan.ranks:
-        for spec in rank.files:
-            longest = max(spec.path.split("/"), key=len)
-            if len(longest.encode()) > name_max:
-                raise SettingsError(
-                    f"{option}: file {spec.path[:60]!r}... has a name of {len(longest.encode())} bytes, longer than "
-                    f"the {name_max} that {target}'s filesystem allows (NAME_MAX); shorten it"
-                )
-            if len(spec.path.encode()) > room:
-                raise SettingsError(
-                    f"{option}: file {spec.path[:60]!r}... has a path of {len(spec.path.encode())} bytes, longer than "
-                    f"the {room} left under {target} (PATH_MAX {path_max}); shorten it or use a shorter --target"
-                )
+    for spec in (spec for rank in plan.ranks for spec in rank.files):
+        longest = max(spec.path.split("/"), key=len)
+        if len(longest.encode()) > name_max:
+            raise SettingsError(
+                f"{option}: file {spec.path[:60]!r}... has a name of {len(longest.encode())} bytes, longer than "
+                f"the {name_max} that {target}'s filesystem allows (NAME_MAX); shorten it"
+            )
+        if len(spec.path.encode()) > room:
+            raise SettingsError(
+                f"{option}: file {spec.path[:60]!r}... has a path of {len(spec.path.encode())} bytes, longer than "
+                f"the {room} left under {target} (PATH_MAX {path_max}); shorten it or use a shorter --target"
+            )
 
 
 def _check_results(path: Path, target: Path | None) -> None:
@@ -310,31 +291,6 @@ def _available_memory_bytes() -> int:
     except OSError:
         pass
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def _pick(*values: T | None) -> T:
-    """The first value that is given (not None): command line, then drive file, then default."""
-    return next(v for v in values if v is not None)
-
-
-def _at_least_one(option: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SettingsError(f"{option} {value!r}: must be a whole number >= 1")
-
-
-def _checkpoints_per_pass(options: Options, thresholds: Thresholds, plan: CheckpointPlan, space_at: Path) -> int:
-    if options.checkpoints_per_pass is not None:
-        _at_least_one("--checkpoints-per-pass", options.checkpoints_per_pass)
-        return options.checkpoints_per_pass
-    fraction = options.fill_fraction
-    if fraction is None and thresholds.run.checkpoints_per_pass is not None:
-        return thresholds.run.checkpoints_per_pass
-    fraction = fraction if fraction is not None else thresholds.run.fill_fraction
-    if fraction is None:
-        return DEFAULT_CHECKPOINTS_PER_PASS
-    if not (math.isfinite(fraction) and 0 < fraction <= 1):
-        raise SettingsError(f"--fill-fraction {fraction!r}: must be a number with 0 < fraction <= 1, e.g. 0.9")
-    return checkpoints_for_fraction(plan, shutil.disk_usage(space_at).total, fraction)
 
 
 def _check_memory(plan: CheckpointPlan, budget: int) -> None:

@@ -5,11 +5,11 @@ A measurement without a limit is kept and reported but not judged (verdict None)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ckptqual.limits.thresholds import Thresholds, Verdict
+from ckptqual.limits.limits import Limit, Verdict, limits_for
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Judgement:
 
 
 def judge(
-    thresholds: Thresholds,
+    limits: Iterable[Limit],
     measurement: str,
     value: float,
     unit: str,
@@ -57,9 +57,9 @@ def judge(
     baselines: Mapping[str, float],
     scale: float,
 ) -> list[Judgement]:
-    """The judgements of one measured value under every limit of the threshold file that applies to it."""
-    limits = thresholds.limits_for(measurement, context)
-    if not limits:
+    """The judgements of one measured value under every one of `limits` that applies to it."""
+    applying = limits_for(limits, measurement, context)
+    if not applying:
         return [Judgement(measurement, value, unit, context)]
     return [
         Judgement(
@@ -71,5 +71,5 @@ def judge(
             limit.describe(),
             limit.number,
         )
-        for limit in limits
+        for limit in applying
     ]

@@ -14,7 +14,7 @@ from typing import Any
 
 from ckptqual.faults import RunError
 from ckptqual.limits.judgement import Judgement
-from ckptqual.limits.thresholds import Limit, Outcome
+from ckptqual.limits.limits import Limit, Outcome
 
 # Within one test the most severe finding decides; a figure that does not count (INVALID) cannot pass or fail.
 _SEVERITY = (Outcome.INVALID, Outcome.FAIL, Outcome.NOT_STEADY, Outcome.MARGINAL, Outcome.PASS)

@@ -144,73 +144,94 @@ def deepspeed_setups(
     Draw order (and so shrink order): ZeRO stage, model and optimizer dtypes, TP, PP, DP, heads, KV heads,
     hidden, layers, ffn, vocab; each bounded by what still fits with the rest at their minimum.
     """
-    file_bytes = _check_bounds(max_total_bytes, max_file_bytes, max_files)
-    limits = _Limits(max_total_bytes, file_bytes, max_files)
+    limits = _Limits(max_total_bytes, _check_bounds(max_total_bytes, max_file_bytes, max_files), max_files)
     for name, value in (("max_world_size", max_world_size), ("max_layers", max_layers), ("max_heads", max_heads)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise InvalidArgument(f"{name}: must be an integer >= 1, got {value!r}")
     stages = tuple(zero_stages)
     if not stages or any(stage not in (0, 1, 2, 3) for stage in stages):
         raise InvalidArgument(f"zero_stages: must be stages from 0 to 3, got {list(stages)!r}")
-    model_dtype_st, optimizer_dtype_st = dtypes(model_dtypes), dtypes(optimizer_dtypes)
-    widest_model = max(model_dtypes or DTYPES, key=DTYPE_BYTES.__getitem__)
-    widest_optimizer = max(optimizer_dtypes or DTYPES, key=DTYPE_BYTES.__getitem__)
-    smallest_par = {"tp": 1, "pp": 1, "dp": 1, "zero_stage": stages[0]}
-    if not _deepspeed_fits(limits, _MIN_ARCH, smallest_par, widest_model, widest_optimizer):
+    widest = [max(allowed or DTYPES, key=DTYPE_BYTES.__getitem__) for allowed in (model_dtypes, optimizer_dtypes)]
+    if not _deepspeed_fits(limits, _MIN_ARCH, {"tp": 1, "pp": 1, "dp": 1, "zero_stage": stages[0]}, *widest):
         raise InvalidArgument(
             f"max_total_bytes={max_total_bytes}, max_file_bytes={max_file_bytes}, max_files={max_files}: "
             "too small for even a one-rank, one-layer model of hidden size 1"
         )
+    bounds = _DeepSpeedBounds(limits, stages, max_world_size, max_layers, max_heads)
+    return st.composite(lambda draw: _DeepSpeedDraw(draw, bounds).setup(model_dtypes, optimizer_dtypes))()
 
-    @st.composite
-    def draw_setup(draw: st.DrawFn) -> DeepSpeedLayout:
-        zero = draw(st.sampled_from(stages))
-        mdt, odt = draw(model_dtype_st), draw(optimizer_dtype_st)
-        par = {"tp": 1, "pp": 1, "dp": 1, "zero_stage": zero}
-        arch = dict(_MIN_ARCH)
 
-        def fits() -> bool:
-            return _deepspeed_fits(limits, arch, par, mdt, odt)
+@dataclass(frozen=True)
+class _DeepSpeedBounds:
+    limits: _Limits
+    stages: tuple[int, ...]
+    max_world_size: int
+    max_layers: int
+    max_heads: int
 
-        def bounded(values: dict[str, int], key: str, hi: int, unit: int = 1, often: int = 0) -> None:
-            """Draws values[key] = unit * k, k up to the largest that fits with all later choices at their minimum.
 
-            With `often`, k is at most `often` half of the time (so a first degree does not take the whole world).
-            """
+class _DeepSpeedDraw:
+    """One draw of a DeepSpeed job, step by step, each choice bounded by what still fits."""
 
-            def ok(k: int) -> bool:
-                values[key] = unit * k
-                return fits()
+    def __init__(self, draw: st.DrawFn, bounds: _DeepSpeedBounds) -> None:
+        self.draw, self.bounds = draw, bounds
+        self.arch = dict(_MIN_ARCH)
 
-            top = _largest(1, max(1, hi), ok)
-            k = st.integers(1, top)
-            values[key] = unit * draw(st.one_of(st.integers(1, min(often, top)), k) if often else k)
+    def fits(self) -> bool:
+        return _deepspeed_fits(self.bounds.limits, self.arch, self.par, self.mdt, self.odt)
 
-        bounded(par, "tp", max_world_size, often=8)
-        bounded(par, "pp", max_world_size // par["tp"], often=8)
-        bounded(par, "dp", max_world_size // (par["tp"] * par["pp"]), often=8)
-        # KV heads divide heads; hidden is a multiple of heads / kv_heads so that d_kv is whole.
-        arch["heads"] = heads = draw(st.integers(1, max_heads))
+    def bounded(self, values: dict[str, int], key: str, hi: int, unit: int = 1, often: int = 0) -> None:
+        """Draws values[key] = unit * k, k up to the largest that fits with all later choices at their minimum.
+
+        With `often`, k is at most `often` half of the time (so a first degree does not take the whole world)."""
+
+        def ok(k: int) -> bool:
+            values[key] = unit * k
+            return self.fits()
+
+        top = _largest(1, max(1, hi), ok)
+        k = st.integers(1, top)
+        values[key] = unit * self.draw(st.one_of(st.integers(1, min(often, top)), k) if often else k)
+
+    def setup(self, model_dtypes: Sequence[str] | None, optimizer_dtypes: Sequence[str] | None) -> DeepSpeedLayout:
+        zero = self.draw(st.sampled_from(self.bounds.stages))
+        self.mdt, self.odt = self.draw(dtypes(model_dtypes)), self.draw(dtypes(optimizer_dtypes))
+        self.par = {"tp": 1, "pp": 1, "dp": 1, "zero_stage": zero}
+        self.parallel_degrees()
+        self.heads()
+        limit = self.bounds.limits.total_bytes
+        self.bounded(self.arch, "hidden", limit, unit=self.arch["heads"] // self.arch["kv_heads"])
+        self.bounded(self.arch, "layers", self.bounds.max_layers)
+        self.bounded(self.arch, "ffn_hidden", limit)
+        self.bounded(self.arch, "vocab", limit)
+        return self.layout()
+
+    def parallel_degrees(self) -> None:
+        world, par = self.bounds.max_world_size, self.par
+        self.bounded(par, "tp", world, often=8)
+        self.bounded(par, "pp", world // par["tp"], often=8)
+        self.bounded(par, "dp", world // (par["tp"] * par["pp"]), often=8)
+
+    def heads(self) -> None:
+        """Heads, then KV heads among its divisors that fit (hidden must be a multiple of heads / kv_heads)."""
+        self.arch["heads"] = heads = self.draw(st.integers(1, self.bounds.max_heads))
         kv_choices = []
         for kv in (d for d in range(1, heads + 1) if heads % d == 0):
-            arch.update(kv_heads=kv, hidden=heads // kv)
-            if fits():
+            self.arch.update(kv_heads=kv, hidden=heads // kv)
+            if self.fits():
                 kv_choices.append(kv)
-        arch["kv_heads"] = draw(st.sampled_from(kv_choices))
-        bounded(arch, "hidden", max_total_bytes, unit=heads // arch["kv_heads"])
-        bounded(arch, "layers", max_layers)
-        bounded(arch, "ffn_hidden", max_total_bytes)
-        bounded(arch, "vocab", max_total_bytes)
-        architecture, parallelism = Architecture(**arch), Parallelism(**par)
-        a = architecture
-        description = (
-            f"L={a.layers} h={a.hidden} ffn={a.ffn_hidden} heads={a.heads} kv={a.kv_heads} V={a.vocab}; "
-            f"model {mdt}, optimizer {odt}"
-        )
-        plan = deepspeed_plan(architecture, parallelism, model_dtype=mdt, optimizer_dtype=odt, description=description)
-        return DeepSpeedLayout(architecture, parallelism, mdt, odt, plan)
+        self.arch["kv_heads"] = self.draw(st.sampled_from(kv_choices))
 
-    return draw_setup()
+    def layout(self) -> DeepSpeedLayout:
+        architecture, parallelism, a = Architecture(**self.arch), Parallelism(**self.par), self.arch
+        description = (
+            f"L={a['layers']} h={a['hidden']} ffn={a['ffn_hidden']} heads={a['heads']} kv={a['kv_heads']} "
+            f"V={a['vocab']}; model {self.mdt}, optimizer {self.odt}"
+        )
+        plan = deepspeed_plan(
+            architecture, parallelism, model_dtype=self.mdt, optimizer_dtype=self.odt, description=description
+        )
+        return DeepSpeedLayout(architecture, parallelism, self.mdt, self.odt, plan)
 
 
 def deepspeed_layouts(**bounds: object) -> st.SearchStrategy[CheckpointPlan]:
@@ -251,52 +272,100 @@ def free_layouts(
     ):
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise InvalidArgument(f"{name}: must be an integer >= {minimum}, got {value!r}")
-    dtype_st = dtypes(allowed_dtypes)
     first_dtype = next(iter(allowed_dtypes)) if allowed_dtypes else DTYPES[0]
-    tiny_bytes = min(_TINY_FILE_ELEMENTS * DTYPE_BYTES[first_dtype], file_bytes)
+    bounds = _FreeBounds(
+        max_total_bytes,
+        file_bytes,
+        max_files,
+        max_ranks,
+        max_files_per_rank,
+        max_tensors_per_file,
+        dtypes(allowed_dtypes),
+        first_dtype,
+        min(_TINY_FILE_ELEMENTS * DTYPE_BYTES[first_dtype], file_bytes),
+    )
+    return st.composite(lambda draw: _FreeDraw(draw, bounds).plan())()
 
-    @st.composite
-    def draw_plan(draw: st.DrawFn) -> CheckpointPlan:
-        n_ranks = draw(st.integers(1, max_ranks))
-        budget, files_left = max_total_bytes, max_files
-        # The huge file: none, any size, or at least half the budget; shrinks through the first branches to none.
-        most = min(file_bytes, budget)
-        sizes = st.one_of(st.just(0), st.integers(0, most), st.integers(most // 2, most))
-        huge_bytes = draw(sizes) if files_left else 0
-        huge = None
-        if huge_bytes:
-            dtype = draw(dtype_st)
-            if huge_bytes // DTYPE_BYTES[dtype]:
-                huge = TensorSpec("t0", huge_bytes // DTYPE_BYTES[dtype], dtype)
-                budget, files_left = budget - huge.nbytes, files_left - 1
-        # The tiny files: how many now (their bytes reserved), their sizes at the very end.
-        tiny_cap = min(files_left, budget // tiny_bytes if tiny_bytes else files_left)
-        n_tiny = draw(st.one_of(st.just(0), st.integers(0, tiny_cap)))
-        budget, files_left = budget - n_tiny * tiny_bytes, files_left - n_tiny
-        ranks: list[list[FilePlan]] = []
-        for r in range(n_ranks):
-            files: list[FilePlan] = []
-            for f in range(draw(st.integers(0, min(files_left, max_files_per_rank)))):
-                subdirectory = draw(st.sampled_from(SUBDIRECTORIES))
-                left = min(budget, file_bytes)
-                tensors = []
-                for t in range(draw(st.integers(0, max_tensors_per_file))):
-                    dtype = draw(dtype_st)
-                    tensors.append(TensorSpec(f"t{t}", draw(_numel(left // DTYPE_BYTES[dtype])), dtype))
-                    left -= tensors[-1].nbytes
-                    budget -= tensors[-1].nbytes
-                files.append(FilePlan(f"{subdirectory}/rank{r}_file{f}.pt".lstrip("/"), tuple(tensors)))
-            files_left -= len(files)
-            ranks.append(files)
-        for i in range(n_tiny):
-            numel = draw(st.integers(0, tiny_bytes // DTYPE_BYTES[first_dtype]))
-            ranks[0].append(FilePlan(f"tiny/rank0_file{i}.pt", (TensorSpec("t0", numel, first_dtype),)))
+
+@dataclass(frozen=True)
+class _FreeBounds:
+    total_bytes: int
+    file_bytes: int
+    files: int
+    ranks: int
+    files_per_rank: int
+    tensors_per_file: int
+    dtype: st.SearchStrategy[str]
+    first_dtype: str
+    tiny_bytes: int
+
+
+class _FreeDraw:
+    """One draw of a free layout, step by step against what is left of the budgets."""
+
+    def __init__(self, draw: st.DrawFn, bounds: _FreeBounds) -> None:
+        self.draw, self.bounds = draw, bounds
+        self.budget, self.files_left = bounds.total_bytes, bounds.files
+
+    def plan(self) -> CheckpointPlan:
+        n_ranks = self.draw(st.integers(1, self.bounds.ranks))
+        huge = self.huge_tensor()
+        n_tiny = self.tiny_count()
+        ranks = [self.rank_files(r) for r in range(n_ranks)]
+        ranks[0] += self.tiny_files(n_tiny)
         if huge is not None:  # named like any other file: shrunk to one byte it reads as one
             ranks[-1].append(FilePlan(f"rank{n_ranks - 1}_file{len(ranks[-1])}.pt", (huge,)))
         plan_ranks = tuple(RankPlan(r, tuple(files)) for r, files in enumerate(ranks))
         return CheckpointPlan("free", plan_ranks, description=f"{n_tiny} tiny files on rank 0" if n_tiny else "")
 
-    return draw_plan()
+    def huge_tensor(self) -> TensorSpec | None:
+        """None, any size, or at least half the budget; shrinks through the first branches to none."""
+        most = min(self.bounds.file_bytes, self.budget)
+        sizes = st.one_of(st.just(0), st.integers(0, most), st.integers(most // 2, most))
+        huge_bytes = self.draw(sizes) if self.files_left else 0
+        if not huge_bytes:
+            return None
+        dtype = self.draw(self.bounds.dtype)
+        if not huge_bytes // DTYPE_BYTES[dtype]:
+            return None
+        huge = TensorSpec("t0", huge_bytes // DTYPE_BYTES[dtype], dtype)
+        self.budget, self.files_left = self.budget - huge.nbytes, self.files_left - 1
+        return huge
+
+    def tiny_count(self) -> int:
+        """How many tiny files (their bytes reserved now, their sizes drawn at the very end)."""
+        tiny = self.bounds.tiny_bytes
+        cap = min(self.files_left, self.budget // tiny if tiny else self.files_left)
+        n_tiny = self.draw(st.one_of(st.just(0), st.integers(0, cap)))
+        self.budget, self.files_left = self.budget - n_tiny * tiny, self.files_left - n_tiny
+        return n_tiny
+
+    def rank_files(self, rank: int) -> list[FilePlan]:
+        count = self.draw(st.integers(0, min(self.files_left, self.bounds.files_per_rank)))
+        files = [self.file(rank, f) for f in range(count)]
+        self.files_left -= len(files)
+        return files
+
+    def file(self, rank: int, index: int) -> FilePlan:
+        subdirectory = self.draw(st.sampled_from(SUBDIRECTORIES))
+        left = min(self.budget, self.bounds.file_bytes)
+        tensors = []
+        for t in range(self.draw(st.integers(0, self.bounds.tensors_per_file))):
+            dtype = self.draw(self.bounds.dtype)
+            tensors.append(TensorSpec(f"t{t}", self.draw(_numel(left // DTYPE_BYTES[dtype])), dtype))
+            left -= tensors[-1].nbytes
+            self.budget -= tensors[-1].nbytes
+        return FilePlan(f"{subdirectory}/rank{rank}_file{index}.pt".lstrip("/"), tuple(tensors))
+
+    def tiny_files(self, count: int) -> list[FilePlan]:
+        dtype = self.bounds.first_dtype
+        return [
+            FilePlan(
+                f"tiny/rank0_file{i}.pt",
+                (TensorSpec("t0", self.draw(st.integers(0, self.bounds.tiny_bytes // DTYPE_BYTES[dtype])), dtype),),
+            )
+            for i in range(count)
+        ]
 
 
 def layouts(

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ckptqual.config.resources import named_files, resolve
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.resources import named_files, resolve
 
 WORKLOAD_DIR = "fixtures/workloads"
 LAYOUTS = ("deepspeed", "dlio-v2")

@@ -1,1 +1,8 @@
-"""pytest wiring only: options, fixtures and hooks of the ckptqual plugin."""
+"""The ckptqual pytest plugin (entry point `pytest11: ckptqual`): wiring only, one module per concern."""
+
+pytest_plugins = [
+    "ckptqual.pytest_plugin.options",
+    "ckptqual.pytest_plugin.run",
+    "ckptqual.pytest_plugin.verdicts",
+    "ckptqual.pytest_plugin.sweep",
+]

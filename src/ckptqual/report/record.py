@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ckptqual import __version__
+from ckptqual.config.run_settings import RunSettings
 from ckptqual.faults import os_error_line
-from ckptqual.limits.judgement import Judgement
 
 
 def environment() -> dict[str, Any]:
@@ -50,8 +50,73 @@ class RunRecord:
             errors=[],
         )
 
-    def add_judgements(self, judgements: list[Judgement]) -> None:
-        self.data["measurements"].extend(j.to_dict() for j in judgements)
+    @classmethod
+    def begin(cls, settings: RunSettings) -> RunRecord:
+        """The record of a run, begun before anything touches the target, so that a run that cannot start says why."""
+        record = cls(settings.results)
+        record.data.update(
+            settings=settings.to_dict(),
+            plan=settings.plan.to_dict(),
+            thresholds_drive=settings.thresholds.drive.__dict__,
+            limits=[limit.to_dict() for limit in settings.thresholds.limits],
+            left_on_target=[],
+        )
+        record.save()
+        return record
+
+    # The run's events (runs.events.RunEvents), each kept as it comes.
+
+    def started(self, target: dict[str, Any], drive: dict[str, Any]) -> None:
+        self._set(target=target, drive=drive)
+
+    def baseline(self, baseline: dict[str, Any]) -> None:
+        self._set(baseline=baseline)
+
+    def checkpoint(self, checkpoint: dict[str, Any], of: int) -> None:
+        self._append("checkpoints", checkpoint)
+
+    def fill_pass(self, result: dict[str, Any], wall_s: float) -> None:
+        self.data.setdefault("pass_wall_s", {})[str(result["pass"])] = wall_s
+        self._append("passes", result)
+
+    def steady_state(self, through_pass: int, state: dict[str, Any]) -> None:
+        self.data.setdefault("steady_state", {})[str(through_pass)] = state
+        self.save()
+
+    def restore(self, result: dict[str, Any]) -> None:
+        self._append("restore", result)
+
+    def layout(self, layout: dict[str, Any]) -> None:
+        self._append("layouts", layout)
+
+    def sweep(self, sweep: dict[str, Any]) -> None:
+        self._set(sweep=sweep)
+
+    def judged(self, judgements: list[dict[str, Any]]) -> None:
+        self.data["measurements"].extend(judgements)
+        self.save()
+
+    def error(self, message: str) -> None:
+        if message not in self.data["errors"]:
+            self._append("errors", message)
+
+    def left(self, entries: list[dict[str, Any]]) -> None:
+        self._set(left_on_target=entries)
+
+    def abandoned(self, lines: list[str]) -> None:
+        if lines:
+            self.data.setdefault("abandoned_processes", []).extend(lines)
+            self.save()
+
+    def finished(self, cleanup: dict[str, Any]) -> None:
+        self._set(cleanup=cleanup, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    def _set(self, **values: Any) -> None:
+        self.data.update(values)
+        self.save()
+
+    def _append(self, key: str, value: Any) -> None:
+        self.data.setdefault(key, []).append(value)
         self.save()
 
     def record_test(self, nodeid: str, subject: str, outcome: str, message: str, when: str) -> None:

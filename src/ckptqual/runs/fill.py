@@ -17,16 +17,6 @@ from ckptqual.faults import RunError
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.runs.ranks import CheckpointTiming, RankFailure, RankPool
 
-# Format overhead per file and per tensor beyond the payload, upper bounds. Per file, at worst: six small records
-# (local header, name, 64-byte alignment padding, data descriptor, central entry: under 300 bytes each with their
-# bytes), the pickle's fixed part and the zip64 end records, about 2 KiB. Per tensor, at worst: up to 4,095 bytes
-# padding its data to 4 KiB plus the 4-byte padding field, a local header with zip64 field (74 bytes with its
-# name), a data descriptor (24), a central entry with zip64 field (97 with its name), and its pickle entry (about
-# 150 bytes plus its name): 4.4 KiB for a tensor name up to 700 bytes.
-FILE_OVERHEAD_BYTES = 16 << 10
-TENSOR_OVERHEAD_BYTES = 5 << 10
-# Space left free on the target besides the checkpoints (their format overhead is counted separately).
-RESERVE_BYTES = 8 << 20
 # Payload generation must be at least this many times faster than the checkpoint rate.
 MIN_GENERATOR_HEADROOM = 2.0
 
@@ -123,41 +113,6 @@ class PassResult:
             "seconds_max": self.seconds_max,
             "generated_GBps": self.generated_GBps,
         }
-
-
-def checkpoint_footprint_bytes(plan: CheckpointPlan) -> int:
-    """Bytes one checkpoint takes on disk at most: payload plus file-format overhead."""
-    tensors = sum(len(f.tensors) for r in plan.ranks for f in r.files)
-    return plan.total_bytes + plan.file_count * FILE_OVERHEAD_BYTES + tensors * TENSOR_OVERHEAD_BYTES
-
-
-def checkpoints_for_fraction(plan: CheckpointPlan, capacity_bytes: int, fraction: float) -> int:
-    """How many checkpoints fill `fraction` of the capacity (at least one)."""
-    return max(1, int(capacity_bytes * fraction // checkpoint_footprint_bytes(plan)))
-
-
-def space_problem(
-    plan: CheckpointPlan, checkpoints: int, free_bytes: int, extra_bytes: int = 0, extra_label: str = "other files"
-) -> str | None:
-    """Why `checkpoints` checkpoints of `plan`, plus `extra_bytes` written beside them, do not fit in
-    `free_bytes`, with how to make them fit."""
-    per_checkpoint = checkpoint_footprint_bytes(plan)
-    needed = checkpoints * per_checkpoint + extra_bytes + RESERVE_BYTES
-    if needed <= free_bytes:
-        return None
-    usable = max(0, free_bytes - RESERVE_BYTES)
-    fitting = max(0, usable - extra_bytes) // per_checkpoint
-    scale_hint = plan.scale * usable / (needed - RESERVE_BYTES) * 0.95  # everything shrinks with the scale
-    summary = (
-        f"the fill needs {needed / 1e9:,.3f} GB ({checkpoints} checkpoints of {per_checkpoint / 1e9:,.3f} GB"
-        + (f" + {extra_bytes / 1e9:,.3f} GB {extra_label}" if extra_bytes else "")
-        + f" + {RESERVE_BYTES / 1e9:.3f} GB reserve) but the target has {free_bytes / 1e9:,.3f} GB free"
-    )
-    if scale_hint <= 0:
-        return f"{summary}; use a larger target"
-    if fitting:
-        return f"{summary}; use --checkpoints-per-pass {fitting} or --scale {scale_hint:.3g}"
-    return f"{summary}; use --scale {scale_hint:.3g} or a larger target"
 
 
 class FillCampaign:

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Protocol
 
 from ckptqual.faults import RunError
+from ckptqual.limits.limits import MIN_JUDGED_BYTES
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.runs.ranks import RankPool
 from ckptqual.runs.restore import evict_checkpoint
 
-# Below this many bytes a layout's time is its per-file cost, not throughput: verified, ratio not judged.
-MIN_JUDGED_BYTES = 16 << 20
 # Payload checkpoint numbers of layout examples: far above any fill checkpoint, so blocks never repeat.
 _FIRST_CHECKPOINT = 1 << 30
 

@@ -1,4 +1,5 @@
-"""The one small interface every checkpoint I/O engine implements, and the state a rank carries."""
+"""The one small interface every checkpoint I/O engine implements (write and read back), and the state a rank
+carries."""
 
 from __future__ import annotations
 
@@ -6,14 +7,18 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ckptqual.io.payload import Mismatch, PayloadGenerator, find_mismatches
 from ckptqual.plan.model import FilePlan
 
+if TYPE_CHECKING:
+    from ckptqual.io.engines.torchread import ExpectedArchive
+
 DEFAULT_CHUNK_BYTES = 8 << 20
+MAX_REPORTED = 5  # wrong blocks named in one failure; a read stops looking after one more
 
 
 @dataclass
@@ -56,12 +61,47 @@ class RankIO:
             self.payload_cpu_s += time.thread_time() - start
 
 
+class IntegrityError(RuntimeError):
+    """Read-back data differs from what was written; the one-line message names file, record or offset."""
+
+
+class ReadBackError(OSError):
+    """The drive failed a read; the message names file and offset."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One wrong block, located in its file."""
+
+    file: str
+    tensor: str
+    file_offset: int
+    mismatch: Mismatch
+
+    def describe(self) -> str:
+        return (
+            f"{self.file}: tensor {self.tensor!r} at file offset {self.file_offset} "
+            f"(tensor offset {self.mismatch.offset}) holds {self.mismatch.found}"
+        )
+
+
 class Engine(Protocol):
-    """Writes one checkpoint file of a plan; the rank makes it durable (fsync) once all its files are written."""
+    """Writes one checkpoint file of a plan (the rank makes it durable once all its files are written), and reads
+    one back cold, proving it loadable and exact."""
 
     name: str
 
     def write(self, path: Path, spec: FilePlan, file_index: int, io: RankIO) -> None: ...
+
+    def read(self, path: Path, spec: FilePlan, file_index: int, io: RankIO, label: str) -> list[Problem]:
+        """Checks structure, records, CRCs, pickle and payload; returns the wrong blocks (stopping after
+        MAX_REPORTED + 1), raises IntegrityError for other damage, ReadBackError for a failed read; messages
+        name the file as `label`."""
+        ...
+
+    def expected_archive(self, spec: FilePlan, checkpoint: int, rank: int, file_index: int) -> ExpectedArchive:
+        """What this engine writes for one file, record by record, as the read checks it."""
+        ...
 
 
 def fsync_path(path: Path) -> None:

@@ -11,17 +11,20 @@ in the same pass. A failure is a FormatError whose one line names the record and
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import struct
 import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any
 
+import numpy as np
 import torch
 
+from ckptqual.io.engines.base import IntegrityError, ReadBackError
 from ckptqual.io.engines.torchformat import ARCHIVE, data_record
 from ckptqual.plan.model import DTYPE_BYTES, TensorSpec
 
@@ -32,17 +35,13 @@ _ZIP64_END = struct.Struct("<4sQHHIIQQQQ")
 _ZIP64_LOCATOR = struct.Struct("<4sIQI")
 _DESCRIPTOR = struct.Struct("<4sIII")
 _DESCRIPTOR64 = struct.Struct("<4sIQQ")
-_LOCAL_SIGNATURE = b"PK\x03\x04"
-_CENTRAL_SIGNATURE = b"PK\x01\x02"
-_END_SIGNATURE = b"PK\x05\x06"
-_ZIP64_END_SIGNATURE = b"PK\x06\x06"
-_ZIP64_LOCATOR_SIGNATURE = b"PK\x06\x07"
-_DESCRIPTOR_SIGNATURE = b"PK\x07\x08"
+_LOCAL_SIGNATURE, _CENTRAL_SIGNATURE, _END_SIGNATURE = b"PK\x03\x04", b"PK\x01\x02", b"PK\x05\x06"
+_ZIP64_END_SIGNATURE, _ZIP64_LOCATOR_SIGNATURE, _DESCRIPTOR_SIGNATURE = b"PK\x06\x06", b"PK\x06\x07", b"PK\x07\x08"
 _ZIP64_EXTRA_ID = 0x0001
+_SATURATED = 0xFFFFFFFF  # a 32-bit size or offset whose value is in the zip64 extra field
 _MAX_CENTRAL_EXTRA_BYTES = 28  # a zip64 field with both sizes and the header offset
 _ZIP64_END_BYTES = _ZIP64_END.size + _ZIP64_LOCATOR.size
-_FLAG_ENCRYPTED = 0x1
-_FLAG_DESCRIPTOR = 0x8
+_FLAG_ENCRYPTED, _FLAG_DESCRIPTOR = 0x1, 0x8
 _STORED = 0
 _STORAGE_DTYPES = {
     name: str(dtype).removeprefix("torch.") for dtype, name in torch.storage._dtype_to_storage_type_map().items()
@@ -55,16 +54,6 @@ class FormatError(ValueError):
 
 class _NoEndRecord(FormatError):
     """No end-of-central-directory record where a writer puts it, the file's last 22 bytes."""
-
-
-class ByteSource(Protocol):
-    """A file's bytes by offset."""
-
-    size: int
-
-    def read(self, offset: int, length: int) -> bytes:
-        """Exactly `length` bytes from `offset`; the caller keeps within `size`."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -135,6 +124,59 @@ class _CentralEntry:
     header_offset: int
 
 
+# ---- the file's bytes
+
+
+class FileSource:
+    """A file's bytes by offset: read whole into `buffer` in one request where it fits, else by offset
+    (structures into small buffers, tensor chunks into `buffer`)."""
+
+    def __init__(self, fd: int, label: str, buffer: np.ndarray) -> None:
+        self._fd, self._label = fd, label
+        self.size = os.fstat(fd).st_size
+        self._whole = buffer[: self.size] if self.size <= buffer.nbytes else None
+        self._buffer = buffer
+        if self._whole is not None:
+            pread_exactly(fd, self._whole, 0, label)
+
+    def read(self, offset: int, length: int) -> bytes:
+        if self._whole is not None:
+            return self._whole[offset : offset + length].tobytes()
+        data = np.empty(length, dtype=np.uint8)
+        pread_exactly(self._fd, data, offset, self._label)
+        return data.tobytes()
+
+    def chunk(self, offset: int, length: int) -> np.ndarray:
+        """`length` bytes from `offset`, a view of `buffer` (valid until the next chunk)."""
+        if self._whole is not None:
+            return self._whole[offset : offset + length]
+        chunk = self._buffer[:length]
+        pread_exactly(self._fd, chunk, offset, self._label)
+        return chunk
+
+
+def pread_exactly(fd: int, chunk: np.ndarray, file_offset: int, path: Path | str) -> None:
+    """Fills `chunk` from `file_offset`; a failed read is a ReadBackError, an early end of file an IntegrityError."""
+    done = 0
+    view = memoryview(chunk)
+    while done < chunk.nbytes:
+        try:
+            count = os.preadv(fd, [view[done:]], file_offset + done)
+        except OSError as error:
+            raise ReadBackError(
+                error.errno, f"{path}: I/O error at file offset {file_offset + done}: {error.strerror}"
+            ) from error
+        if count == 0:
+            raise IntegrityError(
+                f"{path}: truncated: the file is {file_offset + done} bytes, "
+                f"the plan needs at least {file_offset + chunk.nbytes}"
+            )
+        done += count
+
+
+# ---- the archive against what its writer writes
+
+
 def check_crc(record: Record, computed: int, detail: str = "") -> None:
     """Raises FormatError unless `computed`, the CRC32 of the record's bytes as read, is the stored one."""
     if computed != record.crc:
@@ -144,7 +186,7 @@ def check_crc(record: Record, computed: int, detail: str = "") -> None:
         )
 
 
-def check_archive(source: ByteSource, expected: ExpectedArchive) -> list[TensorRecord]:
+def check_archive(source: FileSource, expected: ExpectedArchive) -> list[TensorRecord]:
     """Checks everything but the tensor data; returns the tensor records in file order for the caller to read."""
     try:
         records = read_records(source)
@@ -182,7 +224,7 @@ def _by_name(records: list[Record], expected: ExpectedArchive) -> dict[str, Reco
     return by_name
 
 
-def _small_record(source: ByteSource, record: Record, wanted: bytes | None, writer: str) -> bytes:
+def _small_record(source: FileSource, record: Record, wanted: bytes | None, writer: str) -> bytes:
     """A small record's bytes, once its CRC and, where they are known, the bytes check out (a change says both)."""
     data = source.read(record.data_offset, record.size)
     difference = "" if wanted is None or data == wanted else _difference(data, wanted, writer)
@@ -196,11 +238,12 @@ def _difference(found: bytes, wanted: bytes, writer: str) -> str:
     """E.g. "holds b'lattle', the stream engine writes b'little'"."""
     if len(found) <= 64 and len(wanted) <= 64:
         return f"holds {found!r}, {writer} writes {wanted!r}"
-    first = _first_difference(found, wanted)
+    first = first_difference(found, wanted)
     return f"holds {len(found)} bytes that differ from the {len(wanted)} {writer} writes from byte {first}"
 
 
-def _first_difference(found: Sequence, wanted: Sequence) -> int:
+def first_difference(found: Sequence, wanted: Sequence) -> int:
+    """The first index where the sequences differ (the shorter one's length where one is the other's start)."""
     return next(
         (i for i, (a, b) in enumerate(zip(found, wanted, strict=False)) if a != b), min(len(found), len(wanted))
     )
@@ -221,7 +264,7 @@ def _check_tensor_record(tensor: TensorRecord, alignment: int) -> None:
 # ---- the zip structure
 
 
-def read_records(source: ByteSource) -> list[Record]:
+def read_records(source: FileSource) -> list[Record]:
     """Every record of a stored (uncompressed) zip archive in file order, each central entry checked against its
     local header, and every byte of the file accounted for: records back to back from offset 0, then the
     central directory, then the end records."""
@@ -243,7 +286,7 @@ def _check_follows(position: int, start: int, what: str) -> None:
         raise FormatError(f"{start - position} unexplained bytes at offset {position}, before {what}")
 
 
-def _central_directory_place(source: ByteSource) -> tuple[int, int, int]:
+def _central_directory_place(source: FileSource) -> tuple[int, int, int]:
     """Offset, size and entry count of the central directory, from the end record (and its zip64 twin)."""
     end_offset = source.size - _END.size
     if end_offset < 0 or source.read(end_offset, 4) != _END_SIGNATURE:
@@ -261,8 +304,8 @@ def _central_directory_place(source: ByteSource) -> tuple[int, int, int]:
         zip64 = _zip64_end(source, locator_offset)
         for what, short, full, limit in (
             ("entries", entries, zip64[2], 0xFFFF),
-            ("directory size", directory_bytes, zip64[1], 0xFFFFFFFF),
-            ("directory offset", directory_offset, zip64[0], 0xFFFFFFFF),
+            ("directory size", directory_bytes, zip64[1], _SATURATED),
+            ("directory offset", directory_offset, zip64[0], _SATURATED),
         ):
             if short not in (full, limit):
                 raise FormatError(f"end-of-central-directory record: {what} {short}, the zip64 end record says {full}")
@@ -272,7 +315,7 @@ def _central_directory_place(source: ByteSource) -> tuple[int, int, int]:
     return directory_offset, directory_bytes, entries
 
 
-def _zip64_end(source: ByteSource, locator_offset: int) -> tuple[int, int, int]:
+def _zip64_end(source: FileSource, locator_offset: int) -> tuple[int, int, int]:
     """Offset, size and entry count of the central directory from the zip64 end record before the locator."""
     _, disk, offset, disks = _ZIP64_LOCATOR.unpack(source.read(locator_offset, _ZIP64_LOCATOR.size))
     if disk or disks != 1 or offset + _ZIP64_END.size != locator_offset:
@@ -296,34 +339,28 @@ def _central_entries(table: bytes, directory_offset: int, count: int) -> list[_C
         if position + _CENTRAL.size > len(table):
             raise FormatError(f"central directory ends after {index} of its {count} entries")
         fields = _CENTRAL.unpack_from(table, position)
-        name_bytes, extra_bytes, comment_bytes = fields[10:13]
         if fields[0] != _CENTRAL_SIGNATURE:
             raise FormatError(f"central directory entry {index} at offset {directory_offset + position} is damaged")
+        flags, method, _, _, crc, compressed, size, name_bytes, extra_bytes, comment_bytes, disk = fields[3:14]
         start = position + _CENTRAL.size
-        name = table[start : start + name_bytes]
+        name = table[start : start + name_bytes].decode("utf-8", "replace")
         extra = table[start + name_bytes : start + name_bytes + extra_bytes]
-        entries.append(_central_entry(fields, name.decode("utf-8", "replace"), extra))
+        size, compressed, header_offset = _zip64_values(extra, size, compressed, fields[16], what=f"record {name}")
+        if disk:
+            raise FormatError(f"record {name}: central directory entry places it on disk {disk}; torch writes one disk")
+        entries.append(_CentralEntry(name, flags, method, crc, compressed, size, header_offset))
         position = start + name_bytes + extra_bytes + comment_bytes
     if position != len(table):
         raise FormatError(f"central directory holds {len(table) - position} bytes after its {count} entries")
     return entries
 
 
-def _central_entry(fields: tuple, name: str, extra: bytes) -> _CentralEntry:
-    flags, method, _, _, crc, compressed, size = fields[3:10]
-    disk, header_offset = fields[13], fields[16]
-    size, compressed, header_offset = _zip64_values(extra, size, compressed, header_offset, what=f"record {name}")
-    if disk:
-        raise FormatError(f"record {name}: central directory entry places it on disk {disk}; torch writes one disk")
-    return _CentralEntry(name, flags, method, crc, compressed, size, header_offset)
-
-
 def _zip64_values(extra: bytes, *values: int, what: str) -> tuple[int, ...]:
     """`values` (size, compressed size[, header offset]) with each one saturated at 0xFFFFFFFF taken from the
     zip64 extra field, in that order."""
-    if 0xFFFFFFFF not in values:
+    wanted = [value == _SATURATED for value in values]
+    if not any(wanted):
         return values
-    wanted = [value == 0xFFFFFFFF for value in values]
     field = _extra_field(extra, _ZIP64_EXTRA_ID)
     if field is None or len(field) < 8 * sum(wanted):
         raise FormatError(f"{what}: a size or offset is 0xFFFFFFFF but no zip64 field holds the value")
@@ -341,15 +378,10 @@ def _extra_field(extra: bytes, field_id: int) -> bytes | None:
     return None
 
 
-def _record(source: ByteSource, entry: _CentralEntry, limit: int) -> Record:
+def _record(source: FileSource, entry: _CentralEntry, limit: int) -> Record:
     """The record a central entry describes, its local header (and data descriptor) checked against the entry."""
     what = f"record {entry.name}"
-    if entry.method != _STORED:
-        raise FormatError(f"{what} is compressed (method {entry.method}); torch.load reads only stored records")
-    if entry.flags & _FLAG_ENCRYPTED:
-        raise FormatError(f"{what} is encrypted; torch.load cannot read it")
-    if entry.compressed != entry.size:
-        raise FormatError(f"{what}: stored size {entry.compressed} differs from its size {entry.size}")
+    _check_stored(entry, what)
     header = _within(source, entry.header_offset, _LOCAL.size, limit, f"{what}: local header")
     signature, _, flags, method, _, _, crc, compressed, size, name_bytes, extra_bytes = _LOCAL.unpack(header)
     if signature != _LOCAL_SIGNATURE:
@@ -386,7 +418,17 @@ def _record(source: ByteSource, entry: _CentralEntry, limit: int) -> Record:
     return Record(entry.name, entry.header_offset, data_offset, entry.size, entry.crc, end)
 
 
-def _check_descriptor(source: ByteSource, entry: _CentralEntry, offset: int, limit: int, zip64: bool) -> int:
+def _check_stored(entry: _CentralEntry, what: str) -> None:
+    """torch.load reads only records stored as they are: not compressed, not encrypted."""
+    if entry.method != _STORED:
+        raise FormatError(f"{what} is compressed (method {entry.method}); torch.load reads only stored records")
+    if entry.flags & _FLAG_ENCRYPTED:
+        raise FormatError(f"{what} is encrypted; torch.load cannot read it")
+    if entry.compressed != entry.size:
+        raise FormatError(f"{what}: stored size {entry.compressed} differs from its size {entry.size}")
+
+
+def _check_descriptor(source: FileSource, entry: _CentralEntry, offset: int, limit: int, zip64: bool) -> int:
     """Checks the data descriptor after a record's data against its central entry; returns its size."""
     layout = _DESCRIPTOR64 if zip64 else _DESCRIPTOR
     what = f"record {entry.name}: data descriptor"
@@ -400,7 +442,7 @@ def _check_descriptor(source: ByteSource, entry: _CentralEntry, offset: int, lim
     return layout.size
 
 
-def _within(source: ByteSource, offset: int, length: int, limit: int, what: str) -> bytes:
+def _within(source: FileSource, offset: int, length: int, limit: int, what: str) -> bytes:
     """`length` bytes at `offset`, which must end by `limit` (where the central directory begins)."""
     if offset < 0 or offset + length > limit:
         raise FormatError(f"{what} at offset {offset} runs past offset {limit}, where the central directory begins")
@@ -410,7 +452,7 @@ def _within(source: ByteSource, offset: int, length: int, limit: int, what: str)
 # ---- a file without its end record
 
 
-def _explain_missing_end(source: ByteSource, expected: ExpectedArchive) -> FormatError:
+def _explain_missing_end(source: FileSource, expected: ExpectedArchive) -> FormatError:
     """Why a file has no end record where it belongs: truncated (and how much it needs at least), bytes appended,
     or its end overwritten."""
     names = expected.record_names()
@@ -431,7 +473,7 @@ def _explain_missing_end(source: ByteSource, expected: ExpectedArchive) -> Forma
     return FormatError(f"no end-of-central-directory record at offset {end}, after the central directory")
 
 
-def _walk_central_directory(source: ByteSource, position: int, names: list[str]) -> tuple[int, int]:
+def _walk_central_directory(source: FileSource, position: int, names: list[str]) -> tuple[int, int]:
     """Where the end record belongs after the central directory that starts at `position`, and the file size that
     needs at least: a cut entry and every later one need their fixed part and name, the end record its 22 bytes."""
     unseen = {name.encode(): _CENTRAL.size + len(name.encode()) for name in names}
@@ -449,7 +491,7 @@ def _walk_central_directory(source: ByteSource, position: int, names: list[str])
     return position, position + _END.size
 
 
-def _first_central_entry(source: ByteSource, names: list[str]) -> int | None:
+def _first_central_entry(source: FileSource, names: list[str]) -> int | None:
     """Where the central directory starts, if the file's last bytes (as many as a whole directory and the end records
     could take) hold its first entry: a central signature followed by a record's name."""
     window = min(
@@ -459,11 +501,9 @@ def _first_central_entry(source: ByteSource, names: list[str]) -> int | None:
     tail = source.read(source.size - window, window)
     wanted = tuple(name.encode() for name in names)
     start = tail.find(_CENTRAL_SIGNATURE)
-    while start >= 0:
-        if tail[start + _CENTRAL.size :].startswith(wanted):
-            return source.size - window + start
+    while start >= 0 and not tail[start + _CENTRAL.size :].startswith(wanted):
         start = tail.find(_CENTRAL_SIGNATURE, start + 1)
-    return None
+    return None if start < 0 else source.size - window + start
 
 
 # ---- data.pkl
@@ -475,17 +515,33 @@ class _Global:
 
 
 @dataclass(frozen=True)
-class _Rebuilt:
+class _PickledTensor:
+    """A tensor as data.pkl describes it: its storage's persistent id, then how the tensor views the storage."""
+
     storage: tuple
     offset: int
     size: tuple
     stride: tuple
     dtype: str | None
+    name: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.storage[2]
+
+    @property
+    def untyped(self) -> bool:
+        return self.storage[1].name == "UntypedStorage"
+
+    @property
+    def storage_dtype(self) -> str | None:
+        """The dtype named by `_rebuild_tensor_v3`, else by the typed storage."""
+        return self.dtype or _STORAGE_DTYPES.get(self.storage[1].name)
 
 
-def _rebuild(storage: tuple, offset: int, size: tuple, stride: tuple, *rest: Any) -> _Rebuilt:
+def _rebuild(storage: tuple, offset: int, size: tuple, stride: tuple, *rest: Any) -> _PickledTensor:
     dtype = rest[-1].name if rest and isinstance(rest[-1], _Global) else None
-    return _Rebuilt(storage, offset, tuple(size), tuple(stride), dtype)
+    return _PickledTensor(storage, offset, tuple(size), tuple(stride), dtype)
 
 
 class _TableUnpickler(pickle.Unpickler):
@@ -502,23 +558,8 @@ class _TableUnpickler(pickle.Unpickler):
         return tuple(pid)
 
 
-@dataclass(frozen=True)
-class _PickledTensor:
-    """A tensor as data.pkl describes it."""
-
-    name: str
-    dtype: str | None
-    key: str
-    location: str
-    storage_count: int
-    untyped: bool
-    offset: int
-    size: tuple
-    stride: tuple
-
-
 def _unpickle_table(data: bytes) -> list[_PickledTensor]:
-    """The tensors data.pkl describes, in its order."""
+    """The tensors data.pkl describes, in its order, each named."""
     what = f"record {ARCHIVE}/data.pkl"
     try:
         state = _TableUnpickler(io.BytesIO(data)).load()
@@ -528,16 +569,17 @@ def _unpickle_table(data: bytes) -> list[_PickledTensor]:
         raise FormatError(f"{what} holds a {type(state).__name__}, not a dict of tensors")
     table = []
     for name, tensor in state.items():
-        if not isinstance(tensor, _Rebuilt) or len(tensor.storage) != 5 or not isinstance(tensor.storage[1], _Global):
+        if (
+            not isinstance(tensor, _PickledTensor)
+            or len(tensor.storage) != 5
+            or not isinstance(tensor.storage[1], _Global)
+        ):
             raise FormatError(f"{what}: entry {name!r} is not a tensor with a stored storage")
-        kind, storage_type, key, location, count = tensor.storage
-        if kind != "storage":
-            raise FormatError(f"{what}: entry {name!r} has a persistent id of kind {kind!r}, not 'storage'")
-        untyped = storage_type.name == "UntypedStorage"
-        dtype = tensor.dtype or _STORAGE_DTYPES.get(storage_type.name)
-        table.append(
-            _PickledTensor(str(name), dtype, key, location, count, untyped, tensor.offset, tensor.size, tensor.stride)
-        )
+        if tensor.storage[0] != "storage":
+            raise FormatError(
+                f"{what}: entry {name!r} has a persistent id of kind {tensor.storage[0]!r}, not 'storage'"
+            )
+        table.append(replace(tensor, name=str(name)))
     return table
 
 
@@ -546,17 +588,17 @@ def _check_table(table: list[_PickledTensor], tensors: tuple[TensorSpec, ...]) -
     what = f"record {ARCHIVE}/data.pkl"
     found, wanted = [t.name for t in table], [t.name for t in tensors]
     if found != wanted:
-        first = _first_difference(found, wanted)
+        first = first_difference(found, wanted)
         shown = repr(found[first]) if first < len(found) else "nothing"
         planned = repr(wanted[first]) if first < len(wanted) else "nothing"
         raise FormatError(f"{what} names {len(found)} tensors, tensor {first} is {shown}; the plan has {planned} there")
     for index, (pickled, spec) in enumerate(zip(table, tensors, strict=True)):
-        storage_count = spec.nbytes if pickled.untyped else spec.numel
+        _, _, key, location, storage_count = pickled.storage
         for field, value, needed in (
-            ("dtype", pickled.dtype, spec.dtype),
-            ("storage key", pickled.key, str(index)),
-            ("location", pickled.location, "cpu"),
-            ("storage size", pickled.storage_count, storage_count),
+            ("dtype", pickled.storage_dtype, spec.dtype),
+            ("storage key", key, str(index)),
+            ("location", location, "cpu"),
+            ("storage size", storage_count, spec.nbytes if pickled.untyped else spec.numel),
             ("storage offset", pickled.offset, 0),
             ("size", pickled.size, (spec.numel,)),
             ("stride", pickled.stride, (1,)),
@@ -568,36 +610,26 @@ def _check_table(table: list[_PickledTensor], tensors: tuple[TensorSpec, ...]) -
 # ---- the tensor table of any archive
 
 
-class FileObjectSource:
-    """A ByteSource over an open binary file."""
-
-    def __init__(self, file: BinaryIO) -> None:
-        self._file = file
-        self.size = file.seek(0, 2)
-
-    def read(self, offset: int, length: int) -> bytes:
-        self._file.seek(offset)
-        return self._file.read(length)
-
-
 def read_table(path: Path) -> list[StoredTensor]:
     """The tensors of a torch.save archive in pickle order, with the file offset of each one's bytes."""
-    with open(path, "rb") as file:
-        source = FileObjectSource(file)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        source = FileSource(fd, str(path), np.empty(0, dtype=np.uint8))
         records = {record.name: record for record in read_records(source)}
         pickled = records.get(f"{ARCHIVE}/data.pkl")
         if pickled is None:
             raise FormatError(f"record {ARCHIVE}/data.pkl is missing")
         table = _unpickle_table(source.read(pickled.data_offset, pickled.size))
+    finally:
+        os.close(fd)
     stored = []
     for tensor in table:
         record = records.get(f"{ARCHIVE}/data/{tensor.key}")
-        if record is None or tensor.dtype not in DTYPE_BYTES:
+        dtype = tensor.storage_dtype
+        if record is None or dtype not in DTYPE_BYTES:
             raise FormatError(f"tensor {tensor.name!r}: no readable storage record (key {tensor.key})")
-        numel = 1
-        for dim in tensor.size:
-            numel *= dim
-        element_bytes = DTYPE_BYTES[tensor.dtype]
+        numel = int(np.prod(tensor.size, dtype=np.int64))
+        element_bytes = DTYPE_BYTES[dtype]
         offset = record.data_offset + tensor.offset * element_bytes
-        stored.append(StoredTensor(tensor.name, tensor.dtype, numel, offset, numel * element_bytes))
+        stored.append(StoredTensor(tensor.name, dtype, numel, offset, numel * element_bytes))
     return stored

@@ -23,9 +23,8 @@ from typing import Any
 import numpy as np
 
 from ckptqual.host import gpu
-from ckptqual.io.readers.base import HostBuffers
-from ckptqual.limits.thresholds import TRANSFERS
-from ckptqual.runs.sweep.cells import ALIGN_BYTES, Cell
+from ckptqual.io.readers import TRANSFERS
+from ckptqual.io.readers.base import ALIGN_BYTES, HostBuffers, ReadShape
 
 
 class _Pending:
@@ -46,43 +45,38 @@ class KvikioReader:
         if transfer not in TRANSFERS:
             raise ValueError(f"unknown transfer {transfer!r}; use one of {', '.join(TRANSFERS)}")
         self.transfer = transfer
-        self._stack = contextlib.ExitStack()
+        self._stack = contextlib.ExitStack()  # undoes what open() did, in reverse
         self._files: list[Any] = []
         self._host: HostBuffers | None = None
         self._device: gpu.DeviceMemory | None = None
         self._registered = False
         self._register_problem: str | None = None
         self._settings: dict[str, Any] = {}
-        self._slots = 0
-        self._block = 0
+        self._slots = self._block = 0
 
-    @property
-    def on_gpu(self) -> bool:
-        return self.transfer != "cpu-only"
-
-    def open(self, paths: Sequence[Path], cell: Cell) -> None:
+    def open(self, paths: Sequence[Path], shape: ReadShape) -> None:
         import kvikio
         import kvikio.defaults
 
-        self._slots, self._block = cell.slots, cell.block_bytes
+        self._slots, self._block = shape.slots, shape.block_bytes
         config: dict[str, Any] = {
-            "num_threads": cell.threads,
-            "task_size": cell.block_bytes,
+            "num_threads": shape.threads,
+            "task_size": shape.block_bytes,
             "auto_direct_io_read": True,
             "compat_mode": kvikio.CompatMode.OFF if self.transfer == "gpu-direct" else kvikio.CompatMode.ON,
         }
         if self.transfer == "gpu-direct":
             config["gds_threshold"] = ALIGN_BYTES
         self._stack.enter_context(kvikio.defaults.set(config))
-        count = cell.jobs * cell.slots
-        if self.on_gpu:
-            self._device = gpu.DeviceMemory(count * cell.block_bytes)
+        count = shape.jobs * shape.slots
+        if self.transfer == "cpu-only":
+            self._host = self._stack.enter_context(contextlib.closing(HostBuffers(count, shape.block_bytes)))
+        else:
+            self._device = self._stack.enter_context(contextlib.closing(gpu.DeviceMemory(count * shape.block_bytes)))
             if self.transfer == "gpu-direct":
                 self._register(kvikio)
-        else:
-            self._host = HostBuffers(count, cell.block_bytes)
         for path in paths:
-            self._files.append(self._open_file(kvikio, path))
+            self._files.append(self._stack.enter_context(contextlib.closing(self._open_file(kvikio, path))))
         self._settings = self._effective(kvikio)
 
     def _open_file(self, kvikio: Any, path: Path) -> Any:
@@ -98,11 +92,14 @@ class KvikioReader:
 
     def _register(self, kvikio: Any) -> None:
         """Registers the device buffers with cuFile, as gdsio does; a refusal is recorded, not fatal."""
+        whole = self._device.view(0, self._device.nbytes)
         try:
-            kvikio.memory_register(self._device.view(0, self._device.nbytes))
-            self._registered = True
+            kvikio.memory_register(whole)
         except Exception as error:
             self._register_problem = f"cuFileBufRegister failed ({error}); reading into unregistered buffers"
+            return
+        self._registered = True
+        self._stack.callback(kvikio.memory_deregister, whole)
 
     def _effective(self, kvikio: Any) -> dict[str, Any]:
         get = kvikio.defaults.get
@@ -117,7 +114,7 @@ class KvikioReader:
             "bounce_buffer_size": int(get("bounce_buffer_size")),
             "auto_direct_io_read": bool(get("auto_direct_io_read")),
             "direct_io": all(file.is_direct_io_supported() for file in self._files),
-            "memory": "device" if self.on_gpu else "host",
+            "memory": "host" if self._host else "device",
         }
         if self.transfer == "gpu-direct":
             import kvikio.cufile_driver
@@ -133,18 +130,13 @@ class KvikioReader:
 
     def submit(self, job: int, slot: int, offset: int) -> _Pending:
         index = job * self._slots + slot
-        if self._device is not None:
-            buffer = self._device.view(index * self._block, self._block)
-        else:
-            buffer = self._host.view(index)
+        buffer = self._host.view(index) if self._host else self._device.view(index * self._block, self._block)
         issued = time.perf_counter_ns()
         return _Pending(self._files[job].pread(buffer, self._block, offset, self._block), issued)
 
     def host_copy(self, job: int, slot: int) -> np.ndarray:
         index = job * self._slots + slot
-        if self._device is not None:
-            return self._device.to_host(index * self._block, self._block)
-        return self._host.view(index)
+        return self._host.view(index) if self._host else self._device.to_host(index * self._block, self._block)
 
     def settings(self) -> dict[str, Any]:
         return dict(self._settings)
@@ -167,20 +159,5 @@ class KvikioReader:
         return None
 
     def close(self) -> None:
-        try:
-            for file in self._files:
-                file.close()
-            self._files = []
-            if self._registered:
-                import kvikio
-
-                kvikio.memory_deregister(self._device.view(0, self._device.nbytes))
-                self._registered = False
-        finally:
-            if self._device is not None:
-                self._device.close()
-                self._device = None
-            if self._host is not None:
-                self._host.close()
-                self._host = None
-            self._stack.close()
+        self._files, self._host, self._device, self._registered = [], None, None, False
+        self._stack.close()

@@ -7,6 +7,7 @@ Each worker runs one pread at a time, so `threads` workers keep at most `threads
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import threading
@@ -18,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptqual.io.readers.base import HostBuffers
-from ckptqual.runs.sweep.cells import Cell
+from ckptqual.io.readers.base import ALIGN_BYTES, HostBuffers, ReadShape
 
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
@@ -54,23 +54,27 @@ class PosixReader:
         if transfer != "cpu-only":
             raise ValueError(f"the POSIX engine reads into host memory only (cpu-only), not {transfer}")
         self.transfer = transfer
+        self._stack = contextlib.ExitStack()  # undoes what open() did, in reverse
         self._fds: list[int] = []
         self._buffers: HostBuffers | None = None
         self._pool: ThreadPoolExecutor | None = None
         self.direct_io = False
         self.direct_io_problem: str | None = None
-        self._slots = 0
-        self._threads = 0
+        self._slots = self._threads = 0
 
-    def open(self, paths: Sequence[Path], cell: Cell) -> None:
-        self._slots, self._threads = cell.slots, cell.threads
-        self._buffers = HostBuffers(cell.jobs * cell.slots, cell.block_bytes)
+    def open(self, paths: Sequence[Path], shape: ReadShape) -> None:
+        self._slots, self._threads = shape.slots, shape.threads
+        self._buffers = self._stack.enter_context(
+            contextlib.closing(HostBuffers(shape.jobs * shape.slots, shape.block_bytes))
+        )
         self.direct_io_problem = self._direct_io_problem(paths[0])
         self.direct_io = self.direct_io_problem is None
         flags = os.O_RDONLY | (_O_DIRECT if self.direct_io else 0)
-        self._fds = [os.open(path, flags) for path in paths]
-        self._pool = ThreadPoolExecutor(max_workers=cell.threads, thread_name_prefix="ckptqual-posix")
-        self._start_workers(cell.threads)
+        for path in paths:
+            self._fds.append(os.open(path, flags))
+            self._stack.callback(os.close, self._fds[-1])
+        self._pool = self._stack.enter_context(ThreadPoolExecutor(shape.threads, thread_name_prefix="ckptqual-posix"))
+        self._start_workers(shape.threads)
 
     def _direct_io_problem(self, path: Path) -> str | None:
         """Why O_DIRECT reads do not work on `path`'s file system (None: they do); some refuse only at read."""
@@ -83,7 +87,7 @@ class PosixReader:
                 raise
             return f"O_DIRECT open refused on {path.parent} ({error.strerror}); reading buffered"
         try:
-            os.preadv(fd, [self._buffers.view(0)[:4096]], 0)
+            os.preadv(fd, [self._buffers.view(0)[:ALIGN_BYTES]], 0)
         except OSError as error:
             if error.errno != errno.EINVAL:
                 raise
@@ -111,19 +115,12 @@ class PosixReader:
             "threads": self._threads,
             "direct_io": self.direct_io,
             "direct_io_problem": self.direct_io_problem,
-            "buffer_alignment": 4096,
+            "buffer_alignment": ALIGN_BYTES,
         }
 
     def invalid_reason(self) -> str | None:
         return None
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-        for fd in self._fds:
-            os.close(fd)
-        self._fds = []
-        if self._buffers is not None:
-            self._buffers.close()
-            self._buffers = None
+        self._fds, self._buffers, self._pool = [], None, None
+        self._stack.close()

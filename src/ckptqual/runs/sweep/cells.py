@@ -1,4 +1,4 @@
-"""The read sweep's matrix (gdsio-like, REFERENCE sections 1 and 4): options, cells, and per-cell arithmetic.
+"""The read sweep's matrix (gdsio-like, REFERENCE sections 1 and 4): cells and per-cell arithmetic.
 
 Pure: no I/O and no pytest. How a cell maps onto gdsio's knobs:
 
@@ -18,176 +18,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ckptqual.limits.thresholds import TRANSFERS, SweepSettings, format_size, parse_size
+from ckptqual.config.run_settings import SweepConfig
+from ckptqual.limits.units import format_size
 
-ALIGN_BYTES = 4096  # O_DIRECT and GDS both want 4 KiB-aligned offsets, sizes and buffers
-DEFAULT_BLOCK_SIZES = (1 << 20, 128 << 10, 8 << 10)
-DEFAULT_THREADS = (16, 4, 1)
-DEFAULT_JOBS = 4
-DEFAULT_BATCH = 16
-DEFAULT_FILE_BYTES = 256 << 20
-DEFAULT_REQUESTS = 2048
 MAX_CACHED_FRACTION = 0.01  # more of the files than this in the page cache before a cell makes it INVALID
-
-
-class SweepOptionError(ValueError):
-    """A sweep option or setting that cannot be used; the one-line message names the value and the fix."""
-
-
-def _items(option: str, text: str, example: str) -> list[str]:
-    items = [item.strip() for item in str(text).split(",")]
-    if not all(items):
-        raise SweepOptionError(f"{option} {text!r}: give a comma-separated list without empty items, e.g. {example}")
-    if len(set(items)) != len(items):
-        raise SweepOptionError(f"{option} {text!r}: lists a value twice; list each once, e.g. {example}")
-    return items
-
-
-def parse_block_sizes(text: str, option: str = "--sweep-block-sizes") -> tuple[int, ...]:
-    """Block sizes in bytes from e.g. "1M,128K"; each a multiple of 4 KiB."""
-    example = f"{option} 1M,128K,8K"
-    sizes = []
-    for item in _items(option, text, example):
-        try:
-            size = parse_size(item)
-        except ValueError:
-            raise SweepOptionError(
-                f"{option} {item!r}: not a size; write a number with K, M or G (binary), e.g. {example}"
-            ) from None
-        sizes.append(check_block_size(size, option))
-    if len(set(sizes)) != len(sizes):
-        raise SweepOptionError(f"{option} {text!r}: names one size twice; list each once, e.g. {example}")
-    return tuple(sizes)
-
-
-def check_block_size(size: int, where: str) -> int:
-    if size % ALIGN_BYTES:
-        raise SweepOptionError(
-            f"{where} {format_size(size)}: a block must be a multiple of 4K for O_DIRECT and GDS, e.g. 8K or 128K"
-        )
-    return size
-
-
-def parse_threads(text: str, option: str = "--sweep-threads") -> tuple[int, ...]:
-    """Thread counts (I/O depths) from e.g. "16,4,1"; each a whole number >= 1."""
-    counts = []
-    for item in _items(option, text, f"{option} 16,4,1"):
-        if not item.isdigit() or int(item) < 1:
-            raise SweepOptionError(f"{option} {item!r}: a thread count is a whole number >= 1, e.g. {option} 16,4,1")
-        counts.append(int(item))
-    return tuple(counts)
-
-
-def parse_transfers(text: str, option: str = "--transfer") -> tuple[str, ...]:
-    """Transfer types from e.g. "gpu-direct,cpu-only"."""
-    items = _items(option, text, f"{option} cpu-only")
-    for item in items:
-        if item not in TRANSFERS:
-            known = ",".join(TRANSFERS)
-            raise SweepOptionError(f"{option} {item!r}: unknown transfer type; use one or more of {known}")
-    return tuple(items)
-
-
-def parse_file_bytes(text: str, option: str = "--sweep-file-bytes") -> int:
-    """Bytes per sweep file from e.g. "256M"; a multiple of 4 KiB."""
-    try:
-        size = parse_size(str(text).strip())
-    except ValueError:
-        raise SweepOptionError(f"{option} {text!r}: not a size; write e.g. {option} 256M") from None
-    if size % ALIGN_BYTES:
-        raise SweepOptionError(f"{option} {text!r}: must be a multiple of 4K, e.g. {option} 256M")
-    return size
-
-
-def parse_requests(text: str, option: str = "--sweep-requests") -> int:
-    """Requests per job per cell, a whole number >= 1."""
-    if not str(text).strip().isdigit() or int(text) < 1:
-        raise SweepOptionError(f"{option} {text!r}: must be a whole number >= 1, e.g. {option} 2048")
-    return int(text)
-
-
-@dataclass(frozen=True)
-class SweepConfig:
-    """The resolved sweep: the matrix, the shape of each cell, and the files it reads."""
-
-    block_sizes_bytes: tuple[int, ...] = DEFAULT_BLOCK_SIZES
-    threads: tuple[int, ...] = DEFAULT_THREADS
-    jobs: int = DEFAULT_JOBS
-    batch: int = DEFAULT_BATCH
-    file_bytes: int = DEFAULT_FILE_BYTES
-    transfers: tuple[str, ...] = TRANSFERS
-    requests: int = DEFAULT_REQUESTS
-    sources: Mapping[str, str] = field(default_factory=dict)  # setting -> where its value came from
-
-    @property
-    def files_bytes(self) -> int:
-        """Bytes the sweep writes before its first cell: one file per job."""
-        return self.jobs * self.file_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "block_sizes": [format_size(size) for size in self.block_sizes_bytes],
-            "threads": list(self.threads),
-            "jobs": self.jobs,
-            "batch": self.batch,
-            "file_bytes": self.file_bytes,
-            "transfers": list(self.transfers),
-            "requests_per_job": self.requests,
-            "sources": dict(self.sources),
-        }
-
-
-def resolve_sweep(
-    file_settings: SweepSettings,
-    file_name: str = "threshold file",
-    *,
-    block_sizes: tuple[int, ...] | None = None,
-    threads: tuple[int, ...] | None = None,
-    file_bytes: int | None = None,
-    transfers: tuple[str, ...] | None = None,
-    requests: int | None = None,
-) -> SweepConfig:
-    """Command-line values over the threshold file's [sweep] over ckptqual's defaults, checked together."""
-    sources: dict[str, str] = {}
-
-    def pick(name: str, option: Any, from_file: Any, default: Any) -> Any:
-        for value, source in ((option, "command line"), (from_file, file_name), (default, "ckptqual default")):
-            if value is not None:
-                sources[name] = source
-                return value
-        raise AssertionError(name)
-
-    config = SweepConfig(
-        block_sizes_bytes=pick("block_sizes", block_sizes, file_settings.block_sizes_bytes, DEFAULT_BLOCK_SIZES),
-        threads=pick("threads", threads, file_settings.threads, DEFAULT_THREADS),
-        jobs=pick("jobs", None, file_settings.jobs, DEFAULT_JOBS),
-        batch=pick("batch", None, file_settings.batch, DEFAULT_BATCH),
-        file_bytes=pick("file_bytes", file_bytes, file_settings.file_bytes, DEFAULT_FILE_BYTES),
-        transfers=pick("transfers", transfers, file_settings.transfers, TRANSFERS),
-        requests=pick("requests", requests, None, DEFAULT_REQUESTS),
-        sources=sources,
-    )
-    from_command_line = sources["block_sizes"] == "command line"
-    where = "--sweep-block-sizes" if from_command_line else f"{file_name} [sweep] block_sizes"
-    for size in config.block_sizes_bytes:
-        check_block_size(size, where)
-    if config.file_bytes % ALIGN_BYTES:
-        raise SweepOptionError(
-            f"{file_name} [sweep] file_bytes {config.file_bytes}: must be a multiple of 4096; "
-            f"or give --sweep-file-bytes, e.g. 256M"
-        )
-    largest = max(config.block_sizes_bytes)
-    if config.file_bytes < largest:
-        raise SweepOptionError(
-            f"sweep file size {format_size(config.file_bytes)} ({sources['file_bytes']}) is smaller than the "
-            f"largest block {format_size(largest)}; use --sweep-file-bytes {format_size(largest * 64)} or more"
-        )
-    return config
 
 
 @dataclass(frozen=True)

@@ -2,19 +2,25 @@
 
 Knows nothing of pytest: the plugin hands it `say` for progress, `on_change` to store the record, and a
 `runner(fn, setup)` that times a cell as a pytest-benchmark round (setup = evict + check the page cache).
+`run_cell` drives one cell through a read engine with gdsio's semantics (see ckptqual.runs.sweep.cells).
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ckptqual.host.gpu import HostGpu
 from ckptqual.io.readers import make_reader
-from ckptqual.io.readers.base import CellRun, Reader, run_cell
+from ckptqual.io.readers.base import Pending, Reader, ReadShape
+from ckptqual.runs.sweep import cells
 from ckptqual.runs.sweep.cells import MAX_CACHED_FRACTION, Cell, CellStats, SweepConfig, cell_stats
 from ckptqual.runs.sweep.files import ChangeRunner, SweepFiles, run_here
 
@@ -100,33 +106,20 @@ class SweepRun:
         reader = make_reader(cell.transfer, self.host)
         record: dict[str, Any] = {**cell.to_dict(), "engine": reader.engine, "outcome": "ERROR"}
         self._store(cell, record)
-        box: dict[str, Any] = {}
-
-        def setup() -> None:
-            self.files.evict()
-            box["cached_before"] = self.files.cached_fraction()
-
-        def read() -> None:
-            check = self.files.check if self.verify == "all" else None
-            box["run"] = run_cell(reader, cell, self._starts, self.config.file_bytes, check_block=check)
-
         try:
-            reader.open(self.files.paths, cell)
+            reader.open(self.files.paths, read_shape(cell))
             record["start_offsets"] = list(self._starts)
-            (runner or plain_runner)(read, setup)
-            run: CellRun = box["run"]
+            run, cached_before = self._timed_read(reader, cell, runner or plain_runner)
             self._starts = run.next_starts
             record["cached_fraction_after"] = self.files.cached_fraction()
-            verified = run.verified_requests
-            if self.verify == "last":
-                verified += self._check_last_batches(reader, cell, run)
+            verified = run.verified_requests + self._check_last_batches(reader, cell, run)
             stats = cell_stats(run.bytes, run.seconds, run.latencies_ns)
             record.update(
                 stats.to_dict(),
                 settings=reader.settings(),
-                cached_fraction_before=box["cached_before"],
+                cached_fraction_before=cached_before,
                 verified_requests=verified,
-                invalid_reason=self._invalid_reason(reader, box["cached_before"]),
+                invalid_reason=self._invalid_reason(reader, cached_before),
             )
         except BaseException as error:
             record["error"] = f"{type(error).__name__}: {error}"
@@ -139,14 +132,29 @@ class SweepRun:
         self.say(
             f"ckptqual: sweep {cell.id}: {stats.GiBps:.2f} GiB/s, {stats.iops:,.0f} IOPS, latency mean "
             f"{stats.mean_latency_us:,.0f} us p99 {stats.p99_latency_us:,.0f} us ({reader.engine}, "
-            f"{stats.bytes / 2**20:,.0f} MiB in {stats.seconds:.2f} s, cached before {box['cached_before']:.1%})"
+            f"{stats.bytes / 2**20:,.0f} MiB in {stats.seconds:.2f} s, cached before {cached_before:.1%})"
         )
         return CellResult(cell, stats, record)
 
+    def _timed_read(self, reader: Reader, cell: Cell, runner: Runner) -> tuple[CellRun, float]:
+        """The cell's reads as `runner` times them, after evicting the files; and the fraction cached before them."""
+        box: dict[str, Any] = {}
+
+        def setup() -> None:
+            self.files.evict()
+            box["cached_before"] = self.files.cached_fraction()
+
+        def read() -> None:
+            check = self.files.check if self.verify == "all" else None
+            box["run"] = run_cell(reader, cell, self._starts, self.config.file_bytes, check_block=check)
+
+        runner(read, setup)
+        return box["run"], box["cached_before"]
+
     def _check_last_batches(self, reader: Reader, cell: Cell, run: CellRun) -> int:
-        """Checks what every job's buffers hold after the cell (its last batch), untimed."""
+        """With verify="last", checks what every job's buffers hold after the cell (its last batch), untimed."""
         checked = 0
-        for job in range(cell.jobs):
+        for job in range(cell.jobs if self.verify == "last" else 0):
             for slot, offset in enumerate(run.last_batch(job, cell.slots)):
                 self.files.check(job, offset, reader.host_copy(job, slot))
                 checked += 1
@@ -207,3 +215,147 @@ class SweepRun:
             lines = self.cufile_log.read_text(errors="replace").splitlines()
             self.data["cufile_log_tail"] = [line for line in lines if line.strip()][-_CUFILE_LOG_LINES:]
             self._changed()
+
+
+class ReadError(RuntimeError):
+    """A read returned fewer bytes than asked, or failed; the message names job, offset and error."""
+
+
+@dataclass
+class CellRun:
+    """What the loop measured: bytes, wall time from first submit to last completion, each request's latency."""
+
+    bytes: int
+    seconds: float
+    latencies_ns: np.ndarray
+    offsets: list[list[int]]  # per job, every offset read, in order
+    next_starts: list[int]
+    verified_requests: int = 0
+
+    def last_batch(self, job: int, slots: int) -> list[int]:
+        """Offsets of job `job`'s last batch, in slot order: what its buffers hold after the cell."""
+        offsets = self.offsets[job]
+        size = len(offsets) % slots or slots
+        return offsets[-size:]
+
+
+CheckBlock = Callable[[int, int, np.ndarray], None]
+InFlight = deque[tuple[int, Pending]]
+
+
+def read_shape(cell: Cell) -> ReadShape:
+    """What a read engine sets up for `cell`."""
+    return ReadShape(cell.jobs, cell.slots, cell.block_bytes, cell.threads)
+
+
+def run_cell(
+    reader: Reader, cell: Cell, starts: Sequence[int], file_bytes: int, check_block: CheckBlock | None = None
+) -> CellRun:
+    """Drives one cell: each job in its own submitter thread, all released at once, `cell.slots` reads per
+    batch and the next batch only when the whole batch is done; a semaphore of `cell.threads` permits keeps at
+    most `threads` reads in flight across the jobs, so the engine's `threads` workers never queue a read.
+
+    A job that cannot get a permit collects its own oldest read and frees that permit; one that has nothing in
+    flight waits for a permit, so the jobs cannot starve each other. A read's latency is the engine's: from
+    issue to completion (see Pending.wait). `check_block(job, offset, data)`, if given, checks every block
+    after its batch, inside the timed loop (for tests)."""
+    loop = _CellLoop(reader, cell, starts, file_bytes, check_block)
+    workers = [
+        threading.Thread(target=loop.run_job, args=(job,), name=f"ckptqual-sweep-job-{job}") for job in range(cell.jobs)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    if loop.errors:
+        raise loop.errors[0]
+    return loop.result(file_bytes)
+
+
+class _CellLoop:
+    """The state a cell's job threads share, and the steps each job runs."""
+
+    def __init__(
+        self, reader: Reader, cell: Cell, starts: Sequence[int], file_bytes: int, check_block: CheckBlock | None
+    ) -> None:
+        self.reader, self.cell, self.check_block = reader, cell, check_block
+        count = cell.requests_per_job
+        self.offsets = [cells.job_offsets(starts[job], count, cell.block_bytes, file_bytes) for job in range(cell.jobs)]
+        self.latencies = np.zeros((cell.jobs, count), dtype=np.int64)
+        self.read_bytes, self.verified, self.finished = [0] * cell.jobs, [0] * cell.jobs, [0] * cell.jobs
+        self.errors: list[BaseException] = []
+        self.started: list[int] = []
+        self.permits = threading.Semaphore(cell.threads)
+        self.barrier = threading.Barrier(cell.jobs, action=lambda: self.started.append(time.perf_counter_ns()))
+
+    def run_job(self, job: int) -> None:
+        """One job's thread: waits at the barrier with the others, then runs its batches; keeps its error."""
+        try:
+            self.barrier.wait()
+        except threading.BrokenBarrierError:
+            return
+        try:
+            for first in range(0, len(self.offsets[job]), self.cell.slots):
+                self._run_batch(job, first)
+        except BaseException as error:
+            self.errors.append(error)
+        finally:
+            self.finished[job] = time.perf_counter_ns()
+
+    def _run_batch(self, job: int, first: int) -> None:
+        """Submits the job's batch from request `first` and collects all of it, then raises its first problem or
+        checks its blocks."""
+        batch = self.offsets[job][first : first + self.cell.slots]
+        in_flight: InFlight = deque()
+        problem: BaseException | None = None
+        slot = 0
+        while slot < len(batch) or in_flight:
+            if problem is None and slot < len(batch) and self.permits.acquire(blocking=not in_flight):
+                problem = self._submit(job, slot, batch[slot], in_flight)
+                slot += 1
+            elif in_flight:
+                found = self._collect(job, first, batch, in_flight.popleft())
+                problem = problem or found  # the first problem is the one reported
+            else:
+                break
+        if problem is not None:
+            raise problem
+        if self.check_block is not None:
+            for slot, offset in enumerate(batch):
+                self.check_block(job, offset, self.reader.host_copy(job, slot))
+                self.verified[job] += 1
+
+    def _submit(self, job: int, slot: int, offset: int, in_flight: InFlight) -> ReadError | None:
+        """Submits one read under the permit just taken; a refusal frees the permit and stops the batch's submits."""
+        try:
+            in_flight.append((slot, self.reader.submit(job, slot, offset)))
+        except Exception as error:
+            self.permits.release()
+            return ReadError(f"job {job} offset {offset}: could not submit: {error}")
+        return None
+
+    def _collect(self, job: int, first: int, batch: list[int], read: tuple[int, Pending]) -> ReadError | None:
+        """Waits for one read, frees its permit and records its latency; a failed or short read is a problem."""
+        slot, pending = read
+        try:
+            got, issued, done = pending.wait()
+        except Exception as error:  # the rest of the batch is still collected before giving up
+            return ReadError(f"job {job} offset {batch[slot]}: {error}")
+        finally:
+            self.permits.release()
+        self.latencies[job, first + slot] = done - issued
+        self.read_bytes[job] += got
+        if got != self.cell.block_bytes:
+            return ReadError(f"job {job} offset {batch[slot]}: read {got} of {self.cell.block_bytes} bytes")
+        return None
+
+    def result(self, file_bytes: int) -> CellRun:
+        block = self.cell.block_bytes
+        return CellRun(
+            bytes=sum(self.read_bytes),
+            seconds=(max(self.finished) - self.started[0]) / 1e9,
+            latencies_ns=self.latencies.reshape(-1),
+            offsets=self.offsets,
+            next_starts=[cells.next_start(mine, block, file_bytes) for mine in self.offsets],
+            verified_requests=sum(self.verified),
+        )

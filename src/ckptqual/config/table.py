@@ -1,0 +1,155 @@
+"""The one table of settings: each row a flag, a drive-file key, a kind, a default and a help line.
+
+From it come the command-line options (pytest's and the `ckptqual` command's), the keys a drive file may hold,
+the overlay command line > drive file > default with where each value came from, and `--help`'s defaults.
+A new option is one row here plus the code that uses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ckptqual.config.values import (
+    FLAG,
+    PATH,
+    TEXT,
+    Kind,
+    SettingsError,
+    choice,
+    fraction,
+    list_of,
+    number,
+    size,
+    whole,
+)
+from ckptqual.io.readers import TRANSFERS
+from ckptqual.io.readers.base import ALIGN_BYTES
+
+MAX_SEED = 2**32 - 1
+
+
+def _engines() -> Collection[str]:
+    from ckptqual.io.engines import ENGINES  # when first checked: it loads torch, which `ckptqual plan` never needs
+
+    return ENGINES
+
+
+COMMAND_LINE, DEFAULT = "command line", "default"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting. `default` is written as on the command line; None where it is computed (`unset` says how)."""
+
+    name: str  # the attribute of the resolved settings
+    flag: str | None  # None: only a drive file sets it
+    section: str | None  # the drive file's table; None: only the command line sets it
+    kind: Kind
+    default: str | None
+    help: str
+    key: str | None = None  # the key in the drive file's section, where it is not `name`
+    unset: str = "none"
+
+    @property
+    def file_key(self) -> str:
+        return self.key or self.name
+
+    def help_text(self, drive_file: bool = True) -> str:
+        """The help line with the default and where it would come from."""
+        fallback = self.default if self.default is not None else self.unset
+        origin = f"the drive file's [{self.section}] {self.file_key}, else " if drive_file and self.section else ""
+        return f"{self.help} (default: {origin}{fallback})"
+
+    def default_value(self) -> Any:
+        return None if self.default is None else self.kind.from_text(self.default)
+
+    def from_command_line(self, value: Any) -> Any:
+        """`value` given for this setting's flag, checked; a bad one is a SettingsError naming flag, value and fix."""
+        try:
+            return self.kind.from_text(value)
+        except ValueError as error:
+            raise SettingsError(f"{self.flag or self.name} {value!r}: {error}") from None
+
+
+_FILE_SIZE = size(ALIGN_BYTES)
+SETTINGS: tuple[Setting, ...] = (
+    Setting("drive", "--drive", None, TEXT, "local", "drive file: a name in thresholds/ or a path to a .toml file"),
+    Setting("target", "--target", None, PATH, None, "directory on the drive under test, empty or ckptqual's own",
+            unset="a fresh directory under the system temp dir"),
+    Setting("workload", "--workload", "run", TEXT, "llama3.1-405b-review",
+            "workload: a name in fixtures/workloads/ or a path to a .toml file"),
+    Setting("scale", "--scale", "run", fraction("scale"), "1.0",
+            "shrink every tensor (and the odd layouts) by this factor, 0 < S <= 1"),
+    Setting("engine", "--engine", "run", choice(_engines, "engine"), "stream",
+            "how checkpoint files are written: stream (bounded memory) or torch-save"),
+    Setting("checkpoints_per_pass", "--checkpoints-per-pass", "run", whole(1), "3",
+            "checkpoints per fill pass (the retention limit)"),
+    Setting("fill_fraction", "--fill-fraction", "run", fraction("fraction"), None,
+            "fill this fraction of the target's capacity per pass instead"),
+    Setting("passes", "--passes", "run", whole(1, 100), "3",
+            "fill passes; the SNIA steady-state rule needs at most 25 rounds"),
+    Setting("results", "--results", None, PATH, None, "write a JSON record of the run to this path"),
+    Setting("keep", "--keep", None, FLAG, "false", "keep the run directory and its checkpoints"),
+    Setting("rank_timeout_s", "--rank-timeout", None, number(lambda s: s > 0, "a number > 0 seconds, e.g. 600"),
+            "600", "seconds a rank may take for one checkpoint before the run fails it"),
+    Setting("memory_budget_bytes", "--memory-budget", None, size(), None,
+            "memory the ranks may hold together under torch-save, e.g. 32G", unset="half of the available memory"),
+    Setting("seed", "--seed", None, whole(0, MAX_SEED), None, "payload seed", unset="random, recorded in the results"),
+    Setting("restore_checkpoints", "--restore-checkpoints", None, whole(1), "1",
+            "how many of the newest checkpoints test_restore reads back"),
+    Setting("require_steady_state", None, "run", FLAG, "false", "fail the last pass unless the SNIA rule holds"),
+    Setting("layout_examples", "--layout-examples", "layouts", whole(0, 10_000), "5", "odd shard layouts to try",
+            key="examples"),
+    Setting("layout_seed", "--layout-seed", "layouts", whole(0, MAX_SEED), "0", "seed of the odd layouts",
+            key="seed"),
+    Setting("layout_max_total_bytes", "--layout-max-bytes", "layouts", size(), "64M",
+            "largest odd layout, e.g. 64M; a drive file's value shrinks with --scale", key="max_total_bytes"),
+    Setting("layout_plan", "--layout-plan", None, PATH, None, "replay one layout from a plan file (as printed)"),
+    Setting("sweep_block_sizes_bytes", "--sweep-block-sizes", "sweep", list_of(_FILE_SIZE), "1M,128K,8K",
+            "read sweep block sizes, multiples of 4K", key="block_sizes"),
+    Setting("sweep_threads", "--sweep-threads", "sweep", list_of(whole(1)), "16,4,1",
+            "read sweep thread counts (the I/O depth of a cell)", key="threads"),
+    Setting("sweep_jobs", None, "sweep", whole(1), "4", "read sweep files, one per job", key="jobs"),
+    Setting("sweep_batch", None, "sweep", whole(1), "16", "reads a sweep job submits before it waits", key="batch"),
+    Setting("sweep_file_bytes", "--sweep-file-bytes", "sweep", _FILE_SIZE, "256M",
+            "size of each of the read sweep's files (one per job)", key="file_bytes"),
+    Setting("sweep_requests", "--sweep-requests", None, whole(1), "2048",
+            "reads per sweep job per cell, at most one pass over its file"),
+    Setting("sweep_transfers", "--transfer", "sweep", list_of(choice(TRANSFERS, "transfer")), ",".join(TRANSFERS),
+            "read sweep transfer types; those this host cannot run are skipped with the reason", key="transfers"),
+)  # fmt: skip
+
+
+def setting(name: str, table: Iterable[Setting] = SETTINGS) -> Setting:
+    """The row called `name`."""
+    return next(row for row in table if row.name == name)
+
+
+def add_options(add: Callable[..., Any], table: Iterable[Setting] = SETTINGS, drive_file: bool = True) -> None:
+    """Declares each row's flag with `add` (argparse's add_argument or pytest's addoption); values stay text."""
+    for row in table:
+        if row.flag:
+            action = {"action": "store_true"} if row.kind is FLAG else {"metavar": row.flag[2:].upper()}
+            add(row.flag, dest=row.name, default=None, help=row.help_text(drive_file), **action)
+
+
+def overlay(
+    command_line: Mapping[str, Any], file_values: Mapping[str, Any], file_source: str, table: Iterable[Setting]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each row's value, command line over drive file over default, and where each came from."""
+    table = tuple(table)
+    unknown = set(command_line) - {row.name for row in table}
+    if unknown:
+        raise SettingsError(f"unknown setting {sorted(unknown)[0]!r}; known: {', '.join(row.name for row in table)}")
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for row in table:
+        if command_line.get(row.name) is not None:
+            values[row.name], sources[row.name] = row.from_command_line(command_line[row.name]), COMMAND_LINE
+        elif row.name in file_values:
+            values[row.name], sources[row.name] = file_values[row.name], file_source
+        else:
+            values[row.name], sources[row.name] = row.default_value(), DEFAULT
+    return values, sources

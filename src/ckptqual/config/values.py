@@ -1,0 +1,145 @@
+"""Kinds of values a setting or a data file holds: the one check of each, how command-line text becomes one, and
+the tables of a data file, whose keys are checked.
+
+A check returns the value to use or raises ValueError saying what the value must be; the caller says where the value
+came from (`--scale 0.0: ...`, `d5.toml: run.scale = 0: ...`), so every origin gets the same message.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Iterable
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ckptqual.limits.units import format_size, parse_size
+
+
+class SettingsError(ValueError):
+    """A value or file the run cannot use; the one-line message names the value and the fix."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of value: what a value must be (`ok`, else `problem`), its form once checked, its parser of
+    command-line text (text it cannot parse goes to the check as it is), and for a list the kind of its items."""
+
+    ok: Callable[[Any], bool]
+    problem: str | Callable[[], str]
+    convert: Callable[[Any], Any] = lambda value: value
+    parse: Callable[[str], Any] = str
+    item: Kind | None = None
+
+    def check(self, value: Any) -> Any:
+        if not self.ok(value):
+            raise ValueError(self.problem if isinstance(self.problem, str) else self.problem())
+        return self.convert(value) if self.item is None else _checked_items(self.item, value)
+
+    def from_text(self, value: Any) -> Any:
+        """A command-line value, checked: text is parsed first."""
+        return self.check(_parsed(self, value) if isinstance(value, str) else value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def whole(minimum: int, maximum: int | None = None) -> Kind:
+    top = math.inf if maximum is None else maximum
+    bound = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+    return Kind(lambda v: _is_int(v) and minimum <= v <= top, f"must be a whole number {bound}", parse=int)
+
+
+def number(ok: Callable[[float], bool], expected: str) -> Kind:
+    """A finite number for which `ok` holds, as a float."""
+    return Kind(lambda v: _is_number(v) and ok(v), f"must be {expected}", float, float)
+
+
+def fraction(noun: str) -> Kind:
+    return number(lambda v: 0 < v <= 1, f"a number with 0 < {noun} <= 1")
+
+
+def choice(options: Collection[str] | Callable[[], Collection[str]], noun: str) -> Kind:
+    """One of `options` (or of what the callable gives, for a registry loaded only when needed)."""
+    names = options if callable(options) else lambda: options
+    return Kind(
+        lambda v: isinstance(v, str) and v in names(), lambda: f"unknown {noun}; use one of {', '.join(names())}"
+    )
+
+
+TEXT = Kind(lambda v: isinstance(v, str) and bool(v.strip()), "must be a non-empty string")
+FLAG = Kind(
+    lambda v: isinstance(v, bool), "must be true or false", parse=lambda text: {"true": True, "false": False}[text]
+)
+PATH = Kind(lambda v: isinstance(v, str | Path) and bool(str(v)), "must be a path", Path, Path)
+
+
+def _bytes(value: Any) -> int | None:
+    """Bytes of an integer or a size string such as '256M', or None."""
+    if isinstance(value, str):
+        with suppress(ValueError):
+            return parse_size(value)
+    return value if _is_int(value) and value > 0 else None
+
+
+def size(multiple: int = 1) -> Kind:
+    """Bytes, as an integer or a size string (binary K, M or G), a multiple of `multiple`."""
+    of = f", a multiple of {format_size(multiple)}" if multiple > 1 else ""
+    ok = lambda v: _bytes(v) is not None and _bytes(v) % multiple == 0  # noqa: E731
+    return Kind(ok, f"must be a size in bytes{of}, written like 1048576 or '1M' (binary K, M or G)", _bytes)
+
+
+def list_of(item: Kind) -> Kind:
+    """A non-empty list of one kind, each value listed once; on the command line, comma-separated."""
+    parse = lambda text: [_parsed(item, part.strip()) for part in text.split(",")]  # noqa: E731
+    return Kind(lambda v: isinstance(v, list | tuple) and bool(v), "must be a non-empty list", parse=parse, item=item)
+
+
+def _checked_items(item: Kind, values: list | tuple) -> tuple[Any, ...]:
+    checked = []
+    for index, value in enumerate(values, 1):
+        try:
+            checked.append(item.check(value))
+        except ValueError as error:
+            raise ValueError(f"item {index}: {error}") from None
+    if len(set(checked)) != len(checked):
+        raise ValueError("lists a value twice; list each once")
+    return tuple(checked)
+
+
+def _parsed(kind: Kind, text: str) -> Any:
+    with suppress(ValueError, KeyError):
+        return kind.parse(text)
+    return text
+
+
+class KeyTable:
+    """One table of a data file whose keys are checked: unknown keys are refused, `get` checks a value's kind."""
+
+    def __init__(self, path: Path, prefix: str, data: Any, known: Iterable[str], label: str) -> None:
+        self.path, self.prefix, self.label, known = path, prefix, label, tuple(known)
+        if not isinstance(data, dict):
+            raise self.error("", f"must be a table, got {data!r}; write it as {label}")
+        for key in data:
+            if key not in known:
+                raise self.error(key, f"unknown key in {label}; known keys: {', '.join(known)}")
+        self.data = data
+
+    def error(self, key: str, problem: str) -> SettingsError:
+        return SettingsError(f"{self.path}: {'.'.join(part for part in (self.prefix, key) if part)}: {problem}")
+
+    def get(self, key: str, kind: Kind, required: bool = False) -> Any:
+        if key not in self.data:
+            if required:
+                raise self.error(key, f"missing; add {key} = ... to {self.label}")
+            return None
+        try:
+            return kind.check(self.data[key])
+        except ValueError as error:
+            raise self.error(f"{key} = {self.data[key]!r}", str(error)) from None

@@ -1,0 +1,180 @@
+"""One run (or one `ckptqual clean`) per target: an exclusive POSIX lock on the target's `.ckptqual-lock`, which
+records its holder. A process holding it must not open that file other than through this module: closing any
+descriptor of a file drops every POSIX lock the process holds on it."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ckptqual.host.guard import LOCK_FILE, TargetError, error_line, failure
+
+_FLOCK = "hhqqi4x"  # struct flock on 64-bit Linux: type, whence, start, len, pid
+_TRIES = 100  # the lock file replaced under us this often (holders leaving, others arriving): give up
+
+
+@dataclass
+class Lock:
+    """An exclusive POSIX lock on a target's lock file, held through an open descriptor."""
+
+    path: Path
+    fd: int
+    key: tuple[int, int]  # the target directory's (st_dev, st_ino)
+    holder: dict[str, Any]
+
+    def release(self) -> str | None:
+        """Unlinks the lock file while still holding the lock, then closes it; an error as one line, else None."""
+        try:
+            return unlink_lock_file(self.path) if self.fd >= 0 else None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Drops the lock; a lock file still there is stale from now on (taken over by the next run)."""
+        if self.fd >= 0:
+            _HELD.pop(self.key, None)
+            os.close(self.fd)
+            self.fd = -1
+
+
+_HELD: dict[tuple[int, int], Lock] = {}  # POSIX locks never conflict within a process: this one's, by target
+
+
+def unlink_lock_file(path: Path) -> str | None:
+    """Unlinks a lock file (its holder still holding the lock); an error as one line, else None."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as error:
+        return error_line("unlink", path, error)
+    return None
+
+
+def holder_record(run_dir: str | None, command: str) -> dict[str, Any]:
+    """Who holds a lock: PID, host, start time, run directory (None for `ckptqual clean`)."""
+    now_s = time.time()
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now_s))
+    who = dict(pid=os.getpid(), host=socket.gethostname(), started=started, started_unix=now_s)
+    return {**who, "run_dir": run_dir, "command": command}
+
+
+def acquire(target: Path, holder: dict[str, Any]) -> Lock:
+    """Locks `target` for this process at once, or raises TargetError naming the holder."""
+    key = _key(target)
+    if key in _HELD:
+        raise TargetError(in_use_message(target, _HELD[key].holder))
+    path = target / LOCK_FILE
+    for _ in range(_TRIES):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as error:
+            raise failure("create", path, error) from error
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            holder_now = _read_holder(fd)
+            os.close(fd)
+            if error.errno in (errno.EACCES, errno.EAGAIN):
+                raise TargetError(in_use_message(target, holder_now)) from None
+            raise failure("lock", path, error) from error
+        if _names(path, fd):
+            return _record(Lock(path, fd, key, holder))
+        os.close(fd)  # the holder unlinked it between our open and our lock: that lock guards nothing
+    raise TargetError(f"lock {path}: the file keeps being replaced; stop whatever removes it and try again")
+
+
+def _record(lock: Lock) -> Lock:
+    """Writes the holder into the lock file just locked."""
+    try:
+        os.ftruncate(lock.fd, 0)
+        os.pwrite(lock.fd, json.dumps(lock.holder).encode(), 0)
+    except OSError as error:
+        lock.release()
+        raise failure("write", lock.path, error) from error
+    _HELD[lock.key] = lock
+    return lock
+
+
+def state(target: Path) -> tuple[bool, dict[str, Any]] | None:
+    """(whether a live run holds it, its holder record) of `target`'s lock file; None when it has none."""
+    try:
+        key = _key(target)
+    except OSError:
+        return None
+    if key in _HELD:
+        return True, _HELD[key].holder
+    path = target / LOCK_FILE
+    for _ in range(_TRIES):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            if (locked := _is_locked(fd)) or _names(path, fd):
+                return locked, _read_holder(fd)
+        finally:
+            os.close(fd)
+    return True, {}  # the file keeps being replaced: runs are coming and going
+
+
+def live_holder(target: Path) -> dict[str, Any] | None:
+    """The record of the run holding `target`'s lock ({} if not yet written); None when nobody holds it."""
+    found = state(target)
+    return found[1] if found is not None and found[0] else None
+
+
+def _key(directory: Path) -> tuple[int, int]:
+    info = os.stat(directory)
+    return info.st_dev, info.st_ino
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether `path` still names the file open as `fd`."""
+    try:
+        named = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def _read_holder(fd: int) -> dict[str, Any]:
+    """The holder record in an open lock file ({} when empty, being written or unreadable)."""
+    try:
+        record = json.loads(os.pread(fd, 1 << 16, 0))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _is_locked(fd: int) -> bool:
+    """Whether another process holds a lock on the open file (F_GETLK works on a read-only descriptor)."""
+    query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    try:
+        return struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))[0] != fcntl.F_UNLCK
+    except OSError:
+        return False  # cannot tell (e.g. no lock daemon): taking the lock will say
+
+
+def describe_holder(holder: dict[str, Any]) -> str:
+    """'PID 1234 on host h, since 2026-11-30 01:02:03, run directory ckptqual-run-...'."""
+    parts = []
+    if "pid" in holder:
+        parts.append(f"PID {holder['pid']} on host {holder.get('host', 'unknown')}")
+    if "started" in holder:
+        parts.append(f"since {holder['started']}")
+    if holder.get("run_dir") or holder.get("command"):
+        parts.append(f"run directory {holder['run_dir']}" if holder.get("run_dir") else str(holder["command"]))
+    return ", ".join(parts) or "its holder is not recorded yet"
+
+
+def in_use_message(target: Path, holder: dict[str, Any]) -> str:
+    holder_text = describe_holder(holder)
+    return f"target {target} is in use by another ckptqual run ({holder_text}); wait for it to finish, or stop it"

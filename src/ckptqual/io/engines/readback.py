@@ -1,0 +1,144 @@
+"""Reading a checkpoint file back and proving it exact: the steps both engines' `read` share.
+
+The archive is checked as `torch.load` needs it, without trusting torch (`torchread.check_archive`); then each
+tensor's bytes are read once, the payload check and the record's CRC32 running over the same chunks. A wrong
+block is a Problem naming file, tensor and offset; other damage an IntegrityError; a failed read a ReadBackError.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO
+from ckptqual.io.engines.torchread import (
+    ExpectedArchive,
+    FileSource,
+    FormatError,
+    TensorRecord,
+    check_archive,
+    check_crc,
+    first_difference,
+)
+from ckptqual.plan.model import TensorSpec
+
+Chunks = Iterable[tuple[int, np.ndarray]]  # (tensor offset, bytes from there)
+
+
+@dataclass(frozen=True)
+class ArchiveFile:
+    """One checkpoint file read back: where it is, how messages name it, its index in the rank's plan, what it holds."""
+
+    path: Path
+    label: str
+    index: int
+    expected: ExpectedArchive
+
+
+@contextmanager
+def _opened(file: ArchiveFile, io: RankIO) -> Iterator[FileSource]:
+    fd = os.open(file.path, os.O_RDONLY)
+    try:
+        yield FileSource(fd, file.label, io.buffer)
+    finally:
+        os.close(fd)
+
+
+def _checked(file: ArchiveFile, source: FileSource) -> list[TensorRecord]:
+    """The file's tensor records, once everything but their data checks out; IntegrityError names what does not."""
+    try:
+        return check_archive(source, file.expected)
+    except FormatError as error:
+        raise IntegrityError(f"{file.label}: {error}") from error
+
+
+def checked_tensors(file: ArchiveFile, io: RankIO) -> list[TensorRecord]:
+    """Checks the archive's structure, records and pickle, not its tensor data; returns the tensor records."""
+    with _opened(file, io) as source:
+        return _checked(file, source)
+
+
+def read_archive(file: ArchiveFile, io: RankIO) -> list[Problem]:
+    """Checks the archive, then reads each tensor in buffer-sized chunks from its file offset."""
+    with _opened(file, io) as source:
+
+        def chunks(tensor: TensorRecord) -> Chunks:
+            record = tensor.record
+            for offset in range(0, record.size, io.chunk_bytes):
+                yield offset, source.chunk(record.data_offset + offset, min(io.chunk_bytes, record.size - offset))
+
+        return check_tensors(io, file, _checked(file, source), chunks)
+
+
+def check_tensors(
+    io: RankIO, file: ArchiveFile, tensors: list[TensorRecord], chunks: Callable[[TensorRecord], Chunks]
+) -> list[Problem]:
+    """Checks each tensor's payload and CRC32 over its `chunks`; stops after MAX_REPORTED + 1 wrong blocks."""
+    problems: list[Problem] = []
+    for tensor in tensors:
+        problems += _check_tensor(io, file, tensor, chunks(tensor), MAX_REPORTED + 1 - len(problems))
+        if len(problems) > MAX_REPORTED:
+            break
+    return problems
+
+
+def _check_tensor(io: RankIO, file: ArchiveFile, tensor: TensorRecord, chunks: Chunks, room: int) -> list[Problem]:
+    """Checks a tensor's payload and its record's CRC32 over the same chunks; stops after `room` bad blocks.
+
+    The CRC's CPU time counts as checking time (`payload_cpu_s`). A tensor with bad blocks is reported by
+    those, which say more than its CRC.
+    """
+    crc = 0
+    problems: list[Problem] = []
+    for offset, chunk in chunks:
+        start = time.thread_time()
+        crc = zlib.crc32(chunk, crc)
+        io.payload_cpu_s += time.thread_time() - start
+        found = io.verify(chunk, file.index, tensor.index, offset)
+        problems += [Problem(file.label, tensor.spec.name, tensor.record.data_offset + m.offset, m) for m in found]
+        if len(problems) >= room:
+            return problems
+    if not problems:
+        try:
+            check_crc(tensor.record, crc)
+        except FormatError as error:
+            raise IntegrityError(f"{file.label}: {error}") from error
+    return problems
+
+
+def check_loaded(label: str, state: Any, tensors: tuple[TensorSpec, ...], how: str) -> None:
+    """What torch loaded must be the plan's tensors: names in order, dtypes, element counts."""
+    wanted = [(t.name, t.dtype, t.numel) for t in tensors]
+    if not isinstance(state, dict):
+        raise IntegrityError(f"{label}: {how} returned a {type(state).__name__}, not a dict of tensors")
+    found = [
+        (name, str(t.dtype).removeprefix("torch."), t.numel()) if isinstance(t, torch.Tensor) else (name, "?", -1)
+        for name, t in state.items()
+    ]
+    if found != wanted:
+        first = first_difference(found, wanted)
+        shown = found[first] if first < len(found) else "nothing"
+        planned = wanted[first] if first < len(wanted) else "nothing"
+        raise IntegrityError(
+            f"{label}: {how} gives tensor {first} as {shown} (name, dtype, elements); the plan has {planned}"
+        )
+
+
+def first_line(error: Exception) -> str:
+    """An exception's message on one line (torch's weights_only errors run to paragraphs)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
+def tensor_bytes(tensor: torch.Tensor) -> np.ndarray:
+    """A loaded tensor's bytes, as uint8."""
+    return tensor.view(torch.uint8).numpy() if tensor.numel() else np.empty(0, np.uint8)

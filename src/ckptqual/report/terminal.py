@@ -1,0 +1,25 @@
+"""The run's terminal report, drawn from the results record alone: the summary, the sweep table, the verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ckptqual.report.summary import summary_lines
+from ckptqual.report.sweep_table import sweep_lines
+
+
+def report_sections(data: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """Each section's title and lines, as pytest's terminal summary and `ckptqual summary` print them."""
+    sections = [("ckptqual summary", summary_lines(data))]
+    if "sweep" in data:
+        sections.append(("ckptqual read sweep", sweep_lines(data["sweep"])))
+    return sections
+
+
+def verdict_line(data: dict[str, Any]) -> str:
+    """The final line: the recorded verdict, or why there is none."""
+    verdict = data.get("verdict")
+    if not verdict:
+        return "ckptqual verdict: none recorded (the run did not finish)"
+    reasons = verdict.get("reasons", [])
+    return f"ckptqual verdict: {verdict['overall']}" + (f": {' | '.join(reasons)}" if reasons else "")
