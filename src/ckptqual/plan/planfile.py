@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ckptqual.plan.keys import key_problem
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan, FilePlan, RankPlan, TensorSpec
 
 FORMAT = "ckptqual-plan"
@@ -114,12 +115,11 @@ def _table(value: Any, where: str, required: tuple[str, ...]) -> dict[str, Any]:
     """`value` as a JSON object holding exactly the keys `required`."""
     if not isinstance(value, dict):
         raise PlanFileError(f"{where}: must be an object {{...}}, got {_shown(value)}")
-    for key in value:
-        if key not in required:
-            raise PlanFileError(f"{where}.{key}: unknown key; allowed: {', '.join(required)}")
-    for key in required:
-        if key not in value:
-            raise PlanFileError(f"{where}.{key}: missing")
+    problem = key_problem(value, required)
+    if problem and problem[0] == "unknown":
+        raise PlanFileError(f"{where}.{problem[1]}: unknown key; allowed: {', '.join(required)}")
+    if problem:
+        raise PlanFileError(f"{where}.{problem[1]}: missing")
     return value
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ckptqual.plan.keys import key_problem
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.resources import named_files, resolve
 
@@ -389,13 +390,11 @@ def _table(doc: dict[str, Any], key: str) -> dict[str, Any]:
 
 def _check_keys(table: dict[str, Any], prefix: str, required: tuple[str, ...], optional: tuple[str, ...]) -> None:
     """Raise WorkloadError for the first unknown or missing key of `table`."""
-    allowed = required + optional
-    for key in table:
-        if key not in allowed:
-            raise WorkloadError(f"{prefix}{key}: unknown key here; allowed: {', '.join(allowed)}")
-    for key in required:
-        if key not in table:
-            raise WorkloadError(f"{prefix}{key}: missing; add it (the files in {WORKLOAD_DIR} show the format)")
+    problem = key_problem(table, required, optional)
+    if problem and problem[0] == "unknown":
+        raise WorkloadError(f"{prefix}{problem[1]}: unknown key here; allowed: {', '.join(required + optional)}")
+    if problem:
+        raise WorkloadError(f"{prefix}{problem[1]}: missing; add it (the files in {WORKLOAD_DIR} show the format)")
 
 
 def _whole(value: Any) -> Any:
