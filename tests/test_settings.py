@@ -134,6 +134,17 @@ def test_a_results_path_on_a_read_only_filesystem_is_refused(tmpfs):
         resolve(results=read_only / "r.json")
 
 
+def test_a_results_path_where_no_file_can_be_created_is_refused_though_access_allows_it():
+    # root may "write" /proc by access(); creating a file there fails, and the check tries it for real
+    with pytest.raises(SettingsError, match=r"--results /proc/r.json: a file cannot be created in /proc \(create "):
+        resolve(results=Path("/proc/r.json"))
+
+
+def test_a_results_path_that_works_leaves_no_probe_behind(tmp_path):
+    resolve(results=tmp_path / "r.json")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("name", ["results.json", ".ckptqual-target", "sub/r.json"])
 def test_a_results_path_inside_the_target_is_refused(tmp_path, name):
     target = tmp_path / "target"

@@ -16,6 +16,7 @@ from typing import Any
 from ckptqual.config.drive_file import DriveFile, load_drive_file
 from ckptqual.config.table import COMMAND_LINE, DEFAULT, SETTINGS, Setting, overlay, setting
 from ckptqual.config.values import SettingsError
+from ckptqual.faults import os_error_line
 from ckptqual.host.target import check_target
 from ckptqual.limits.limits import MIN_JUDGED_BYTES
 from ckptqual.limits.units import format_size
@@ -275,6 +276,14 @@ def _check_results(path: Path, target: Path | None) -> None:
         raise SettingsError(f"--results {path}: {parent} is on a read-only filesystem; write the results elsewhere")
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise SettingsError(f"--results {path}: not writable by this user; write the results elsewhere")
+    try:  # what access() says is not what the filesystem does (root on /proc, a full disk): create and drop a file
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", suffix=".probe"):
+            pass
+    except OSError as error:
+        raise SettingsError(
+            f"--results {path}: a file cannot be created in {parent} ({os_error_line(error, 'create')}); "
+            f"write the results elsewhere"
+        ) from None
 
 
 def default_memory_budget() -> int:
