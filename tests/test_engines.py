@@ -84,7 +84,7 @@ def test_torch_load_mmap_reads_stream_files(tmp_path):
 
 
 def test_unknown_engine_names_the_known_ones():
-    with pytest.raises(ValueError, match="use one of stream, torch-save"):
+    with pytest.raises(ValueError, match="use one of stream, stream-direct, torch-save"):
         make_engine("fio")
 
 

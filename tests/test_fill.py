@@ -116,3 +116,36 @@ def test_a_failed_pass_stops_later_passes_with_the_reason(checkpoint_space, pool
 def test_plans_cannot_name_files_outside_the_checkpoint_directory(path):
     with pytest.raises(ValueError, match="must be relative to the checkpoint directory"):
         FilePlan(path, ())
+
+
+def test_an_early_stop_ends_the_pass_before_its_next_checkpoint_and_keeps_the_retention(checkpoint_space, pool):
+    space, root = checkpoint_space(small_plan())
+    campaign = FillCampaign(root, small_plan(), pool, "stream", checkpoints_per_pass=4, remove=space.remove)
+    asked = []
+
+    def after_two(result: PassResult) -> str | None:
+        asked.append(len(result.checkpoints))
+        return "enough seen" if len(result.checkpoints) == 2 else None
+
+    first = campaign.run_pass(1)
+    second = campaign.run_pass(2, early_stop=after_two)
+    assert (len(first.checkpoints), first.ended_early) == (4, None)
+    assert asked == [1, 2]  # asked before each checkpoint after the first, never again once it said stop
+    assert (len(second.checkpoints), second.planned, second.ended_early) == (2, 4, "enough seen")
+    assert second.to_dict()["checkpoints_planned"] == 4 and second.to_dict()["ended_early"] == "enough seen"
+    assert [c.removed_before for c in second.checkpoints] == [0, 1]  # the retention limit still holds: 4 kept
+    assert sorted(p.name for p in root.iterdir()) == [f"checkpoint-{n:05d}" for n in (2, 3, 4, 5)]
+
+
+def test_a_pass_records_cpu_seconds_per_gb_per_checkpoint_and_per_pass(checkpoint_space, pool):
+    space, root = checkpoint_space(small_plan())
+    campaign = FillCampaign(root, small_plan(), pool, "stream", checkpoints_per_pass=2, remove=space.remove)
+    result = campaign.run_pass(1)
+    for checkpoint in result.checkpoints:
+        record = checkpoint.to_dict()
+        assert record["cpu_s_per_GB"] == pytest.approx(checkpoint.host.work_cpu_s / (checkpoint.bytes / 1e9))
+        assert record["host"]["work_cpu_s"] > 0 and "host_bound" in record
+    summary = result.to_dict()
+    cpu_s = sum(c.host.work_cpu_s for c in result.checkpoints)
+    assert summary["cpu_s_per_GB"] == pytest.approx(cpu_s / (result.bytes / 1e9))
+    assert summary["host"]["wall_s"] == pytest.approx(result.seconds)

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from ckptqual.host.cpu import HostSampler
 from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
 from ckptqual.runs.ranks import RankFailure, RankPool
 
@@ -82,3 +83,16 @@ def test_a_rank_error_names_the_rank_and_the_cause(tmp_path):
             pool.write_checkpoint(tmp_path, 0, (RankPlan(0, ()), RankPlan(1, clash)), "stream")
         again = pool.write_checkpoint(tmp_path / "..", 1, (RankPlan(0, ()), RankPlan(1, ())), "stream")
     assert again.bytes == 0
+
+
+def test_ranks_report_their_cpu_time_and_the_host_is_sampled_over_the_timed_region(tmp_path):
+    with RankPool(2, seed=1, timeout_s=60, sampler=HostSampler(tmp_path)) as pool:
+        timing = pool.write_checkpoint(tmp_path, 0, plans(2, 20_000_000), "stream")
+    assert all(r.cpu_s >= r.payload_cpu_s > 0 for r in timing.ranks)  # making payload is part of a rank's CPU time
+    host = timing.host
+    assert host.work_cpu_s == pytest.approx(sum(r.cpu_s for r in timing.ranks))
+    assert host.wall_s == pytest.approx(timing.seconds)  # from the first rank's start to the last rank's end
+    assert host.cores == len(os.sched_getaffinity(0)) and 0 <= host.cpu_busy <= 1
+    assert host.cpu_s_per_GB(timing.bytes) == pytest.approx(host.work_cpu_s / 0.04)
+    if HostSampler(tmp_path).stat is not None:  # a block device under tmp_path: its busy time is sampled too
+        assert host.device is not None and 0 <= host.device_busy <= 1

@@ -17,6 +17,7 @@ from ckptqual.io.readers.posix import PosixReader
 from ckptqual.runs.sweep.cells import Cell, SweepConfig, job_offsets, plan_cells
 from ckptqual.runs.sweep.driver import ReadError, SweepRun, read_shape, run_cell
 from ckptqual.runs.sweep.files import DataMismatch
+from suite_runs import missed_limit
 
 ROOT = Path(__file__).resolve().parents[1]
 K, M = 1 << 10, 1 << 20
@@ -408,7 +409,7 @@ def test_a_gpu_transfer_without_a_gpu_is_skipped_with_its_reason(tmp_path, libcu
     assert "gpu-direct: skipped: gpu-direct needs a GPU and KvikIO: no usable GPU: cuInit returned" in summary
     assert "cpu-only: KvikIO's host path" in summary
     row = next(line.split() for line in summary.splitlines() if line.strip().startswith("1M "))
-    assert row[2] == "F" and len(row) == 4  # 1M: GiB/s at 16 threads, F, GiB/s at 1 thread
+    assert row[2] in ("F", "INVALID") and len(row) == 4  # 1M: GiB/s at 16 threads, F (or INVALID), GiB/s at 1 thread
 
     sweep = json.loads(results.read_text())["sweep"]
     assert sweep["files"]["removed"] is True
@@ -416,7 +417,8 @@ def test_a_gpu_transfer_without_a_gpu_is_skipped_with_its_reason(tmp_path, libcu
     cells = {cell["id"]: cell for cell in sweep["cells"]}
     for skipped in (cells["gpu-direct-1M-16"], cells["gpu-direct-1M-1"]):
         assert skipped["outcome"] == "SKIPPED" and "CUDA_ERROR_NO_DEVICE" in skipped["reason"]
-    assert [cells[f"cpu-only-1M-{n}"]["outcome"] for n in (16, 1)] == ["FAIL", "PASS"]
+    missed, met = cells["cpu-only-1M-16"], cells["cpu-only-1M-1"]
+    assert missed_limit(missed["outcome"], json.dumps(missed)) and met["outcome"] == "PASS"
     for threads in (16, 1):
         measured = cells[f"cpu-only-1M-{threads}"]
         assert measured["engine"] == "kvikio" and measured["cached_fraction_before"] <= 0.01
@@ -449,3 +451,88 @@ def test_a_bad_sweep_option_is_a_usage_error_before_any_io(options, message):
     assert child.returncode == pytest.ExitCode.USAGE_ERROR
     errors = [line for line in (child.stdout + child.stderr).splitlines() if line.startswith("ERROR:")]
     assert len(errors) == 1 and errors[0].startswith(message)
+
+
+class PreadSpy:
+    """Wraps os.preadv (the real read still runs) to watch the POSIX engine's own cell loop: reads in flight in
+    all, per job by batch, and a job's next batch starting before its last one ended."""
+
+    def __init__(self, paths: list[Path], block: int, slots: int, fail: tuple[int, int, str] | None = None) -> None:
+        self.inodes = {os.stat(path).st_ino: job for job, path in enumerate(paths)}
+        self.block, self.slots, self.fail = block, slots, fail
+        self.real = os.preadv
+        self.lock = threading.Lock()
+        self.in_flight = self.peak = 0
+        self.batches: dict[int, set[int]] = {}  # per job: batches with a read in flight
+        self.early: list[str] = []
+
+    def __call__(self, fd, buffers, offset):
+        job = self.inodes[os.fstat(fd).st_ino]
+        batch = offset // self.block // self.slots
+        with self.lock:
+            if any(other != batch for other in self.batches.setdefault(job, set())):
+                self.early.append(f"job {job} read batch {batch} while {sorted(self.batches[job])} was in flight")
+            self.batches[job].add(batch)
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        try:
+            if self.fail is not None and (job, offset) == self.fail[:2]:
+                if self.fail[2] == "error":
+                    raise OSError(5, "Input/output error (test)")
+                return 0
+            return self.real(fd, buffers, offset)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+                self.batches[job].discard(batch)  # one batch per job in flight, as checked above
+
+
+@pytest.mark.parametrize(("threads", "jobs", "batch"), [(1, 3, 4), (3, 2, 4), (16, 2, 2), (16, 4, 16)])
+def test_the_engines_own_loop_keeps_depth_batches_and_checks_every_block(tmp_path, monkeypatch, threads, jobs, batch):
+    config = SweepConfig(block_sizes_bytes=(64 * K,), threads=(threads,), jobs=jobs, batch=batch, file_bytes=M)
+    run = SweepRun(config, tmp_path / "sweep", seed=1, host=NO_DRIVER)
+    run.files.write()
+    cell = Cell("cpu-only", 64 * K, threads, jobs, batch, requests_per_job=16)
+    reader = PosixReader()
+    reader.open(run.files.paths, read_shape(cell))
+    spy = PreadSpy(run.files.paths, 64 * K, cell.slots)
+    monkeypatch.setattr(os, "preadv", spy)
+    try:
+        done = run_cell(reader, cell, [0] * jobs, M, check_block=run.files.check)
+    finally:
+        monkeypatch.undo()
+        reader.close()
+        run.close()
+    assert spy.peak <= min(threads, jobs * cell.slots) and spy.early == []
+    assert done.bytes == jobs * M and done.verified_requests == jobs * 16
+    assert done.next_starts == [0] * jobs  # a whole file read: the next cell starts over
+    assert len(done.latencies_ns) == jobs * 16 and (done.latencies_ns > 0).all()
+    assert reader.settings()["workers"].startswith("psync")
+
+
+@pytest.mark.parametrize(("kind", "message"), [("error", "Input/output error (test)"), ("short", "read 0 of 65536")])
+def test_a_failing_read_in_the_engines_own_loop_fails_the_cell_without_a_hang(tmp_path, monkeypatch, kind, message):
+    config = SweepConfig(block_sizes_bytes=(64 * K,), threads=(4,), jobs=2, batch=4, file_bytes=M)
+    run = SweepRun(config, tmp_path / "sweep", seed=1, host=NO_DRIVER)
+    run.files.write()
+    cell = Cell("cpu-only", 64 * K, 4, jobs=2, batch=4, requests_per_job=12)
+    reader = PosixReader()
+    reader.open(run.files.paths, read_shape(cell))
+    monkeypatch.setattr(os, "preadv", PreadSpy(run.files.paths, 64 * K, cell.slots, fail=(1, 5 * 64 * K, kind)))
+    outcome: list[BaseException] = []
+
+    def drive():
+        try:
+            run_cell(reader, cell, [0, 0], M)
+        except BaseException as error:
+            outcome.append(error)
+
+    worker = threading.Thread(target=drive)
+    worker.start()
+    worker.join(timeout=60)
+    monkeypatch.undo()
+    reader.close()
+    run.close()
+    assert not worker.is_alive(), "the cell hung after a failed read"
+    assert len(outcome) == 1 and isinstance(outcome[0], ReadError)
+    assert str(outcome[0]).startswith(f"job 1 offset {5 * 64 * K}: ") and message in str(outcome[0])

@@ -157,7 +157,7 @@ def test_toml_syntax_error(tmp_path):
         (DRIVE + "[run]\npasses = 2.0\n", "run.passes = 2.0", "whole number from 1 to 100"),
         (DRIVE + "[run]\npasses = true\n", "run.passes = True", "whole number from 1 to 100"),
         (DRIVE + "[run]\npasses = 101\n", "run.passes = 101", "whole number from 1 to 100"),
-        (DRIVE + '[run]\nengine = "dlio"\n', "run.engine", "use one of stream, torch-save"),
+        (DRIVE + '[run]\nengine = "dlio"\n', "run.engine", "use one of stream, stream-direct, torch-save"),
         (DRIVE + "[run]\ncheckpoints_per_pass = 3\nfill_fraction = 0.5\n", "run.fill_fraction", "not both"),
         (DRIVE + "[run]\nfill_fraction = 0\n", "run.fill_fraction", "0 < fraction <= 1"),
         (DRIVE + '[sweep]\nblock_sizes = ["1M", "3X"]\n', "sweep.block_sizes", "item 2: must be a size"),

@@ -27,6 +27,8 @@ from ckptqual.host.target import (
 )
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.workloads import WorkloadError, available_workloads, load_workload
+from ckptqual.report.compare import CompareError, compare_runs, parse_percentage
+from ckptqual.report.extract import ResultsError, load_run
 from ckptqual.report.terminal import report_sections, verdict_line
 
 
@@ -145,15 +147,24 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _load_results(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as error:
-        raise SettingsError(f"{path}: {error.strerror}; give the file written by --results") from None
-    except json.JSONDecodeError as error:
-        raise SettingsError(f"{path}: not JSON ({error}); give the file written by --results") from None
-    if not isinstance(data, dict) or "settings" not in data:
-        raise SettingsError(f"{path}: not a ckptqual results file (no settings); give the file written by --results")
-    return data
+    return load_run(path).data
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """`ckptqual report RESULTS.json [MORE.json ...] -o DIR`: figures and one self-contained HTML page."""
+    from ckptqual.report.html import write_report  # matplotlib loads only for this command
+
+    page = write_report([load_run(Path(path)) for path in args.results], Path(args.output))
+    print(f"ckptqual report: wrote {page} and its figures")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """`ckptqual compare BASE.json NEW.json`: 1 when a metric regressed beyond its noise band and the allowance."""
+    allowed = parse_percentage(args.max_regression)
+    changes, lines = compare_runs(load_run(Path(args.base)), load_run(Path(args.new)), allowed, args.metric)
+    print(*lines, sep="\n")
+    return 1 if any(change.regressed for change in changes) else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,6 +188,22 @@ def build_parser() -> argparse.ArgumentParser:
     summary = commands.add_parser("summary", help="print a run's summary and verdict again from its results file")
     summary.add_argument("results", help="the JSON file written by --results")
     summary.set_defaults(func=cmd_summary)
+    report = commands.add_parser("report", help="draw figures and one HTML page from one or more results files")
+    report.add_argument("results", nargs="+", help="JSON files written by --results (several: drawn side by side)")
+    report.add_argument("-o", "--output", required=True, help="directory for report.html and the figures")
+    report.set_defaults(func=cmd_report)
+    compare = commands.add_parser(
+        "compare", help="compare two results files; exit 1 when a metric regressed beyond its noise band"
+    )
+    compare.add_argument("base", help="the results file of the reference run (e.g. the old firmware)")
+    compare.add_argument("new", help="the results file of the run under test")
+    compare.add_argument(
+        "--max-regression", default="5%", help="how much worse a metric may be beyond its noise band (default: 5%%)"
+    )
+    compare.add_argument(
+        "--metric", action="append", help="compare only metrics matching this glob, e.g. 'pass*' (repeatable)"
+    )
+    compare.set_defaults(func=cmd_compare)
     return parser
 
 
@@ -185,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (SettingsError, WorkloadError, TargetError) as err:
+    except (SettingsError, WorkloadError, TargetError, ResultsError, CompareError) as err:
         print(f"ckptqual {args.command}: {err}", file=sys.stderr)
         return 2
 

@@ -12,7 +12,7 @@ import ctypes
 import hashlib
 import struct
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
@@ -119,27 +119,26 @@ class PayloadGenerator:
             raise ValueError(f"payload offset {offset}: must be a multiple of {BLOCK_BYTES} and >= 0")
         for name, value in (("checkpoint", checkpoint), ("rank", rank), ("file", file), ("tensor", tensor)):
             _check_field(name, value)
-        block_id = BlockId(self.seed, checkpoint, rank, file, tensor, offset)
-        size = out.nbytes
-        whole = size // BLOCK_BYTES
-        if whole:
-            self._fill_blocks(out[: whole * BLOCK_BYTES], block_id, whole)
-        if size % BLOCK_BYTES:
-            tail = np.empty(BLOCK_BYTES, dtype=np.uint8)
-            self._fill_blocks(tail, replace(block_id, offset=offset + whole * BLOCK_BYTES), 1)
-            out[whole * BLOCK_BYTES :] = tail[: size % BLOCK_BYTES]
+        if out.nbytes:
+            self._fill_blocks(out, BlockId(self.seed, checkpoint, rank, file, tensor, offset))
 
-    def _fill_blocks(self, out: np.ndarray, block_id: BlockId, count: int) -> None:
-        """Keystream of `count` whole blocks from block_id.offset, each under its sealed header."""
+    def _fill_blocks(self, out: np.ndarray, block_id: BlockId) -> None:
+        """Keystream of the blocks from block_id.offset, each under its sealed header; the last may be cut short
+        (its bytes are the first bytes of the whole block: the keystream runs on and the header comes first)."""
         first_block = block_id.offset // BLOCK_BYTES
+        count = -(-out.nbytes // BLOCK_BYTES)
         stream = self._stream_id(block_id)
         counter = stream << 64 | first_block * _COUNTERS_PER_BLOCK  # block i always starts at counter i * 256
         keystream = Cipher(self._algorithm, modes.CTR(counter.to_bytes(16, "big"))).encryptor()
         for start in range(0, out.nbytes, _ZEROS.nbytes):
             piece = out[start : start + _ZEROS.nbytes]
             keystream.update_into(_ZEROS[: piece.nbytes], piece)
-        blocks = out.reshape(count, BLOCK_BYTES)
-        blocks[:, :HEADER_BYTES] = _seal_headers(_plain_headers(block_id, first_block, count))
+        headers = _seal_headers(_plain_headers(block_id, first_block, count))
+        whole = out.nbytes // BLOCK_BYTES
+        out[: whole * BLOCK_BYTES].reshape(whole, BLOCK_BYTES)[:, :HEADER_BYTES] = headers[:whole]
+        if whole < count:
+            tail = out[whole * BLOCK_BYTES : whole * BLOCK_BYTES + HEADER_BYTES]
+            tail[:] = headers[whole, : tail.nbytes]
 
     @staticmethod
     def _stream_id(block_id: BlockId) -> int:

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ckptqual.limits.host_bound import decide
 from ckptqual.limits.limits import Limit, Verdict, limits_for
 
 
@@ -23,6 +24,7 @@ class Judgement:
     verdict: Verdict | None = None
     limit: str | None = None
     limit_number: int | None = None
+    host_bound: str | None = None  # why the figure measured the host's CPUs (see limits.host_bound), if it did
 
     @property
     def outcome(self) -> str:
@@ -37,6 +39,7 @@ class Judgement:
             "outcome": self.outcome,
             "limit": self.limit,
             "limit_number": self.limit_number,
+            "host_bound": self.host_bound,
         }
         if self.verdict:
             data |= {
@@ -56,20 +59,25 @@ def judge(
     context: Mapping[str, Any],
     baselines: Mapping[str, float],
     scale: float,
+    host_bound: str | None = None,
 ) -> list[Judgement]:
-    """The judgements of one measured value under every one of `limits` that applies to it."""
+    """The judgements of one measured value under every one of `limits` that applies to it; a figure that was
+    host-bound for `host_bound` keeps only the verdicts its bound decides, the others are INVALID."""
     applying = limits_for(limits, measurement, context)
     if not applying:
-        return [Judgement(measurement, value, unit, context)]
+        return [Judgement(measurement, value, unit, context, host_bound=host_bound)]
     return [
         Judgement(
             measurement,
             value,
             unit,
             context,
-            limit.evaluate(value, unit, baselines=dict(baselines), scale=scale, context=context),
+            decide(
+                limit, limit.evaluate(value, unit, baselines=dict(baselines), scale=scale, context=context), host_bound
+            ),
             limit.describe(),
             limit.number,
+            host_bound,
         )
         for limit in applying
     ]

@@ -62,6 +62,9 @@ MEASUREMENTS: dict[str, Measurement] = {
         "throughput", "read bandwidth of one sweep cell", ("transfer", "block_size", "threads")
     ),
     "layout_throughput_ratio": Measurement("ratio", "throughput of an odd layout / its regular twin's", ("layout",)),
+    "drive_temperature": Measurement("temperature", "a drive's temperature, before or after, the hotter", ("device",)),
+    "drive_written_ratio": Measurement("ratio", "bytes the drives counted written during the run / the suite's", ()),
+    "drive_write_amplification": Measurement("ratio", "NAND bytes / host bytes a drive wrote (OCP log)", ("device",)),
 }
 
 Scalar = str | int | float

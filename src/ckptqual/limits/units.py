@@ -15,6 +15,7 @@ UNITS: dict[str, tuple[str, float]] = {
     "ms": ("duration", 1e-3),
     "min": ("duration", 60.0),
     "ratio": ("ratio", 1.0),
+    "C": ("temperature", 1.0),  # degrees Celsius
 }
 _SIZE_FACTORS = {"K": 2**10, "M": 2**20, "G": 2**30}
 _SIZE_PATTERN = re.compile(r"([1-9][0-9]*)([KMG]?)")

@@ -5,4 +5,6 @@ pytest_plugins = [
     "ckptqual.pytest_plugin.run",
     "ckptqual.pytest_plugin.verdicts",
     "ckptqual.pytest_plugin.sweep",
+    "ckptqual.pytest_plugin.benchmarks",
+    "ckptqual.pytest_plugin.report",
 ]

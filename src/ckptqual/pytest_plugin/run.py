@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ from ckptqual.report.progress import Progress
 from ckptqual.report.record import RunRecord
 from ckptqual.report.terminal import report_sections
 from ckptqual.runs.events import Broadcast
-from ckptqual.runs.fill import run_rounds
+from ckptqual.runs.fill import StopRounds, run_rounds
 from ckptqual.runs.qualification import Qualification
 
 MARK = "qualification"
@@ -78,7 +81,7 @@ def qualification(request: pytest.FixtureRequest) -> Iterator[Qualification]:
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         run = settings(config)
-        qual = Qualification(run, Broadcast(config.stash[RECORD], Progress(run, say(config))))
+        qual = Qualification(run, Broadcast(config.stash[RECORD], Progress(run, say(config), redraw(config))))
         config.stash[QUALIFICATION] = qual
         try:
             yield qual
@@ -111,6 +114,30 @@ def say(config: pytest.Config) -> Callable[[str], None]:
     return write
 
 
+def redraw(config: pytest.Config) -> Callable[[str], None] | None:
+    """Redraws one line in place ("" clears it) where pytest's output is a terminal; None where it is not (a pipe,
+    a CI log, a file, TERM=dumb): there the progress lines come alone, one per checkpoint."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or not reporter.isatty or os.environ.get("TERM") == "dumb":
+        return None
+    capture = config.pluginmanager.get_plugin("capturemanager")
+
+    def draw(text: str) -> None:
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            reporter.ensure_newline()
+            reporter.write(f"\r{text[: _columns() - 1]}\x1b[K", flush=True)  # never wider than the terminal: no wrap
+
+    return draw
+
+
+def _columns() -> int:
+    """The terminal's width now (asked of the terminal: $COLUMNS may be stale), 80 where it does not say."""
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError):
+        return 80
+
+
 @pytest.fixture(name="say")
 def say_fixture(request: pytest.FixtureRequest) -> Callable[[str], None]:
     """Prints a line of progress now, even under pytest's output capture."""
@@ -118,8 +145,9 @@ def say_fixture(request: pytest.FixtureRequest) -> Callable[[str], None]:
 
 
 @pytest.fixture
-def layout_strategy(qualification: Qualification):
-    """The Hypothesis strategy of this run's odd layouts: at most the run's ranks and its layout size."""
+def layout_strategy(qualification: Qualification, benchmark):
+    """The Hypothesis strategy of this run's odd layouts: at most the run's ranks and its layout size. (The
+    benchmark is there for pytest_plugin/benchmarks.py, which times the layouts test as one benchmark round.)"""
     run = qualification.settings
     return layouts(max_total_bytes=run.layout_max_total_bytes, max_ranks=len(run.plan.ranks), max_files=64)
 
@@ -132,7 +160,10 @@ def rounds_runner(benchmark) -> Callable[..., None]:
         return run_rounds
 
     def run(fn: Callable[[], None], setup: Callable[[], None], rounds: int) -> None:
-        benchmark.pedantic(fn, setup=setup, rounds=rounds, iterations=1, warmup_rounds=0)
+        try:
+            benchmark.pedantic(fn, setup=setup, rounds=rounds, iterations=1, warmup_rounds=0)
+        except StopRounds:
+            benchmark.has_error = False  # ended early on purpose (--early-stop): keep the rounds that ran
 
     return run
 
@@ -143,10 +174,14 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
         machine_info["ckptqual"] = {"drive": qual.settings.thresholds.drive.name, **qual.identity.to_dict()}
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    record = config.stash.get(RECORD, None)
-    if record is not None:
-        for title, lines in report_sections(record.data):
+@pytest.hookimpl(wrapper=True)
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> Generator[None, None, None]:
+    """The run's summary after the other plugins' (pytest-benchmark's table), even when one of them raised."""
+    try:
+        return (yield)
+    finally:
+        record = config.stash.get(RECORD, None)
+        for title, lines in report_sections(record.data) if record is not None else []:
             terminalreporter.section(title)
             for line in lines:
                 terminalreporter.write_line(line)

@@ -56,6 +56,7 @@ def sweep(qualification: Qualification, request: pytest.FixtureRequest) -> Itera
         on_change=qualification.events.sweep,
         cufile_log=cufile_log,
         run=qualification.space.call,
+        sampler=qualification.pool.sampler,
     )
     request.config.stash[_RUN] = run
     qualification.events.sweep(run.data)
@@ -92,6 +93,7 @@ def sweep_check(sweep: SweepRun, verdict, record_property) -> Callable[[CellResu
             measured = f"{result.stats.GiBps:.3g} GiB/s measured, not judged"
             verdict.add(Outcome.INVALID, f"{measured}: {result.invalid_reason}")
         else:
+            verdict.qualification.host_bound_figure("sweep_read_bandwidth", record["host_bound"])
             verdict.judge([("sweep_read_bandwidth", result.stats.GiBps, "GiB/s")], **cell.context())
         outcome = "ERROR"
         try:

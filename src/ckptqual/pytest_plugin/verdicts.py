@@ -12,6 +12,8 @@ from _pytest.junitxml import xml_key
 from _pytest.reports import TestReport
 
 from ckptqual.faults import RunError
+from ckptqual.limits.health import MEASURED as HEALTH_MEASUREMENTS
+from ckptqual.limits.health import SUBJECT as HEALTH_SUBJECT
 from ckptqual.limits.limits import Outcome
 from ckptqual.limits.verdict import Conclusion, Findings, RunVerdict, outcome_of_error, overall_verdict, unjudged_limits
 from ckptqual.pytest_plugin.options import settings
@@ -20,6 +22,7 @@ from ckptqual.report.record import RunRecord
 from ckptqual.runs.qualification import Qualification
 
 VERDICT_NODEID = "ckptqual::verdict"
+HEALTH_NODEID = "ckptqual::health"
 _CONCLUSION = pytest.StashKey[Conclusion]()
 _RETURNED = pytest.StashKey[bool]()
 _VERDICT = pytest.StashKey[RunVerdict]()
@@ -75,6 +78,8 @@ class TestVerdict:
             self.record_property(name, f"{judgement.value:.6g}")
             self.record_property(f"{name}.unit", judgement.unit)
             self.record_property(f"{name}.outcome", judgement.outcome)
+            if judgement.host_bound:
+                self.record_property(f"{name}.host_bound", judgement.host_bound)
             if judgement.verdict:
                 self.record_property(f"{name}.limit", judgement.limit)
                 self.record_property(f"{name}.judged", f"{judgement.verdict.measured:.6g} {judgement.verdict.unit}")
@@ -164,6 +169,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         qual.close()
     if interruption:
         _report_unfinished(session, record, interruption)
+    _report_health(session, record)
     thresholds = settings(config).thresholds
     run_verdict = overall_verdict(
         record.data["tests"], unjudged_limits(thresholds.limits, record.data["measurements"]), interruption
@@ -201,6 +207,22 @@ def _report_unfinished(session: pytest.Session, record: RunRecord, interruption:
         record.record_test(item.nodeid, subject, outcome, message, "setup")
         report = TestReport(item.nodeid, item.location, {}, "failed", message, "setup", [], 0.0)
         session.config.hook.pytest_runtest_logreport(report=report)
+
+
+def _report_health(session: pytest.Session, record: RunRecord) -> None:
+    """The drive's health check (taken when the run closed) as a JUnit suite property, and in the record's tests
+    where it argues for the verdict: a failure, a marginal finding, or nothing read where the drive file limits a
+    health measurement. A passed or merely unreadable check adds no test, so the counts do not depend on the host."""
+    check = record.data.get("health", {})
+    if "outcome" not in check or HEALTH_NODEID in record.data["tests"]:
+        return
+    xml = session.config.stash.get(xml_key, None)
+    if xml is not None:
+        xml.add_global_property("ckptqual.health", check["message"])
+    outcome = Outcome(check["outcome"])
+    limited = any(limit.measurement in HEALTH_MEASUREMENTS for limit in settings(session.config).thresholds.limits)
+    if outcome is not Outcome.PASS and (outcome is not Outcome.SKIPPED or limited):
+        record.record_test(HEALTH_NODEID, HEALTH_SUBJECT, outcome, check["message"], "call")
 
 
 def _report_verdict(session: pytest.Session, run_verdict: RunVerdict) -> None:

@@ -92,6 +92,12 @@ class RunRecord:
     def sweep(self, sweep: dict[str, Any]) -> None:
         self._set(sweep=sweep)
 
+    def health(self, health: dict[str, Any]) -> None:
+        self._set(health=health)
+
+    def timeseries(self, series: dict[str, Any]) -> None:
+        self._set(timeseries=series)
+
     def judged(self, judgements: list[dict[str, Any]]) -> None:
         self.data["measurements"].extend(judgements)
         self.save()

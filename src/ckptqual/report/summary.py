@@ -50,6 +50,8 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     if "restore" not in data and "restore" in outcomes:
         lines.append(f"restore: {outcomes['restore']}")
     lines += _layout_line(data, outcomes)
+    lines += _cpu_lines(data)
+    lines += _health_lines(data.get("health", {}))
     lines += [f"error: {error}" for error in data.get("errors", [])]
     lines += _left_lines(data)
     if data.get("verdict"):
@@ -70,7 +72,7 @@ def _pass_rows(data: dict[str, Any], outcomes: dict[str, str]) -> list[str]:
         result = results.get(number)
         figures = (
             [
-                str(len(result["checkpoints"])),
+                _checkpoints_text(result),
                 f"{result['seconds_mean']:.2f}",
                 f"{result['seconds_max']:.2f}",
                 f"{result['throughput_GBps']:.2f}",
@@ -85,6 +87,34 @@ def _pass_rows(data: dict[str, Any], outcomes: dict[str, str]) -> list[str]:
     return table(["pass", "ckpts", "mean s", "worst s", "GB/s", "mean GB/s", "outcome"], rows)
 
 
+def _checkpoints_text(result: dict[str, Any]) -> str:
+    """Checkpoints a pass wrote; "5/33" where it ended early (--early-stop)."""
+    written = str(len(result["checkpoints"]))
+    return f"{written}/{result['checkpoints_planned']}" if result.get("ended_early") else written
+
+
+def _cpu_lines(data: dict[str, Any]) -> list[str]:
+    """The working processes' CPU seconds per GB of each phase, and every figure that was host-bound."""
+    phases = [
+        (f"raw {kind}", _median_round(rounds)) for kind, rounds in data.get("baseline", {}).get("host", {}).items()
+    ]
+    phases += [(f"pass {result['pass']}", result) for result in data.get("passes", [])]
+    phases += [(f"restore {result['checkpoint']}", result) for result in data.get("restore", [])]
+    phases += [
+        (f"sweep {cell['id']}", cell) for cell in data.get("sweep", {}).get("cells", []) if "cpu_s_per_GB" in cell
+    ]
+    shown = [f"{name} {entry['cpu_s_per_GB']:.2f}" for name, entry in phases if entry.get("cpu_s_per_GB") is not None]
+    if not shown:
+        return []
+    lines = [f"CPU seconds per GB (user+system of the working processes): {', '.join(shown)}"]
+    return lines + [f"  {name}: {entry['host_bound']}" for name, entry in phases if entry.get("host_bound")]
+
+
+def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The raw baseline's round of median CPU seconds per GB (the baseline is a median too)."""
+    return sorted(rounds, key=lambda round_: round_["cpu_s_per_GB"])[len(rounds) // 2] if rounds else {}
+
+
 def _layout_line(data: dict[str, Any], outcomes: dict[str, str]) -> list[str]:
     judged = [layout for layout in data.get("layouts", []) if layout.get("judged")]
     if not judged and "shard layouts" not in outcomes:
@@ -94,6 +124,32 @@ def _layout_line(data: dict[str, Any], outcomes: dict[str, str]) -> list[str]:
         worst = min(judged, key=lambda layout: layout["ratio"])
         text += f", slowest ratio {worst['ratio']:.2f} (layout {worst['example']})"
     return [f"{text} {outcomes.get('shard layouts', '')}".rstrip()]
+
+
+def _health_lines(health: dict[str, Any]) -> list[str]:
+    """The drive's health check and the bytes written counted two ways (three where the block layer counts)."""
+    if "written" not in health:
+        return []
+    temperatures = []
+    for reading in health["after"].get("devices", []):
+        counters = reading["counters"]
+        if "temperature_C" in counters:
+            warning = counters.get("warning_temperature_threshold_C")
+            temperatures.append(
+                f"{reading['device']} {counters['temperature_C']} C" + (f" (warning {warning} C)" if warning else "")
+            )
+    written = health["written"]
+    counts = [f"bytes written: suite {written['suite_written_bytes'] / 1e9:,.3f} GB"]
+    if written.get("drive_written_bytes") is not None:
+        ratio = f" (x{written['ratio']:.3f})" if written.get("ratio") is not None else ""
+        counts.append(f"drives counted {written['drive_written_bytes'] / 1e9:,.3f} GB{ratio}")
+    else:
+        counts.append("drives counted: unavailable")
+    if written.get("block_layer_written_bytes") is not None:
+        ratio = f" (x{written['block_layer_ratio']:.3f})" if written.get("block_layer_ratio") is not None else ""
+        counts.append(f"block layer {written['block_layer_written_bytes'] / 1e9:,.3f} GB{ratio}, all writers")
+    after = f"; after the run: {', '.join(temperatures)}" if temperatures else ""
+    return [f"{health['message']}{after}", "; ".join(counts)]
 
 
 def _left_lines(data: dict[str, Any]) -> list[str]:

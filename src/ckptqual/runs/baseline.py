@@ -14,8 +14,9 @@ from pathlib import Path
 
 from ckptqual.faults import RunError
 from ckptqual.host import cache
+from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.runs import raw
-from ckptqual.runs.ranks import RankPool
+from ckptqual.runs.ranks import CheckpointTiming, RankPool
 
 
 @dataclass
@@ -26,6 +27,7 @@ class Baseline:
     write_GBps: list[float] = field(default_factory=list)
     read_GBps: list[float] = field(default_factory=list)
     cached_before_read: list[float] = field(default_factory=list)
+    host: dict[str, list[dict]] = field(default_factory=lambda: {"write": [], "read": []})  # per round (HostUse)
 
     @property
     def raw_write_GBps(self) -> float:
@@ -47,6 +49,7 @@ class Baseline:
             "cached_fraction_before_read": self.cached_before_read,
             "raw_write_GBps": self.raw_write_GBps,
             "raw_read_GBps": self.raw_read_GBps,
+            "host": self.host,
         }
 
 
@@ -62,12 +65,20 @@ def measure_baseline(
         for round_number in range(repeats):
             written = pool.run("raw-write", directory, None, f"raw write {round_number + 1}", options=options)
             baseline.write_GBps.append(written.bytes / written.seconds / 1e9)
+            baseline.host["write"].append(_host(written))
             files = [raw.raw_path(directory, rank) for rank in range(pool.ranks)]
             baseline.cached_before_read.append(cache.evict_all(files))
             read = pool.run("raw-read", directory, None, f"raw read {round_number + 1}", options=options)
             baseline.read_GBps.append(read.bytes / read.seconds / 1e9)
+            baseline.host["read"].append(_host(read))
             remove(directory, f"removing the raw files of round {round_number + 1}")
     finally:
         with contextlib.suppress(RunError):  # recorded by the remover; never hides the failure that matters
             remove(directory, "removing the raw files")
     return baseline
+
+
+def _host(timing: CheckpointTiming) -> dict:
+    """A round's use of the host, its CPU seconds per GB and whether it was host-bound (limits.host_bound)."""
+    extra = {"cpu_s_per_GB": timing.host.cpu_s_per_GB(timing.bytes), "host_bound": host_bound_reason(timing.host)}
+    return timing.host.to_dict() | extra

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ckptqual.faults import RunError
+from ckptqual.host.cpu import HostUse, combined
+from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.runs.ranks import CheckpointTiming, RankFailure, RankPool
 
@@ -23,6 +25,14 @@ MIN_GENERATOR_HEADROOM = 2.0
 
 class FillError(RunError):
     """A fill pass could not be completed; the message says why, the fault whose fault it was."""
+
+
+class StopRounds(Exception):
+    """Raised by a round's setup to end the rounds before the next one (--early-stop); its message says why."""
+
+
+# Why a pass may end now, given what it wrote so far (None: it goes on); see runs.early_stop.
+EarlyStop = Callable[["PassResult"], str | None]
 
 
 # Removes one checkpoint directory (only the files the run wrote there); raises RunError if it cannot.
@@ -43,13 +53,26 @@ class CheckpointRecord:
     removed_before: int | None
     remove_s: float
     ranks: list[dict] = field(default_factory=list)
+    host: HostUse | None = None
 
     @property
     def GBps(self) -> float:
         return self.bytes / self.seconds / 1e9
 
+    @property
+    def cpu_s_per_GB(self) -> float | None:
+        """The ranks' CPU seconds (user+system) per 1e9 bytes written."""
+        return self.host.cpu_s_per_GB(self.bytes) if self.host else None
+
     def to_dict(self) -> dict:
-        return {**asdict(self), "GBps": self.GBps}
+        host = self.host.to_dict() if self.host else None
+        return {
+            **asdict(self),
+            "host": host,
+            "GBps": self.GBps,
+            "cpu_s_per_GB": self.cpu_s_per_GB,
+            "host_bound": host_bound_reason(self.host),
+        }
 
 
 @dataclass
@@ -58,6 +81,8 @@ class PassResult:
 
     number: int
     checkpoints: list[CheckpointRecord] = field(default_factory=list)
+    planned: int = 0  # checkpoints the pass was to write
+    ended_early: str | None = None  # why it ended before `planned` (--early-stop)
 
     @property
     def bytes(self) -> int:
@@ -91,6 +116,16 @@ class PassResult:
         generating = sum(c.bytes / (c.generated_GBps * 1e9) for c in self.checkpoints)
         return self.bytes / generating / 1e9 if generating > 0 else float("inf")
 
+    @property
+    def host(self) -> HostUse | None:
+        """The host's use over the pass's timed checkpoints, as one region."""
+        uses = [c.host for c in self.checkpoints if c.host is not None]
+        return combined(uses) if uses else None
+
+    def host_bound_reason(self) -> str | None:
+        """Why the pass's figures measured the host's CPUs rather than the drive, if they did (limits.host_bound)."""
+        return host_bound_reason(self.host)
+
     def invalid_reason(self) -> str | None:
         """Why this pass measured the payload generator rather than the drive, if it did."""
         if self.generated_GBps < MIN_GENERATOR_HEADROOM * self.throughput_GBps:
@@ -105,6 +140,8 @@ class PassResult:
         return {
             "pass": self.number,
             "checkpoints": [c.checkpoint for c in self.checkpoints],  # details: the run's "checkpoints" list
+            "checkpoints_planned": self.planned,
+            "ended_early": self.ended_early,
             "bytes": self.bytes,
             "seconds": self.seconds,
             "throughput_GBps": self.throughput_GBps,
@@ -112,6 +149,9 @@ class PassResult:
             "seconds_mean": self.seconds_mean,
             "seconds_max": self.seconds_max,
             "generated_GBps": self.generated_GBps,
+            "host": self.host.to_dict() if self.host else None,
+            "cpu_s_per_GB": self.host.cpu_s_per_GB(self.bytes) if self.host else None,
+            "host_bound": self.host_bound_reason(),
         }
 
 
@@ -140,14 +180,21 @@ class FillCampaign:
     def checkpoint_dir(self, checkpoint: int) -> Path:
         return self.root / f"checkpoint-{checkpoint:05d}"
 
-    def run_pass(self, number: int, runner: Callable[..., None] | None = None) -> PassResult:
-        """Writes one pass; `runner(fn, setup, rounds)` may drive the rounds (e.g. pytest-benchmark)."""
+    def run_pass(
+        self, number: int, runner: Callable[..., None] | None = None, early_stop: EarlyStop | None = None
+    ) -> PassResult:
+        """Writes one pass; `runner(fn, setup, rounds)` may drive the rounds (e.g. pytest-benchmark) and ends them
+        when setup raises StopRounds; `early_stop` is asked before each checkpoint after the first."""
         if self.failure:
             raise FillError(f"not run: {self.failure}", "not-run")
-        result = PassResult(number)
+        result = PassResult(number, planned=self.checkpoints_per_pass)
         pending: list[tuple[int | None, float]] = []
 
         def setup() -> None:
+            reason = early_stop(result) if early_stop and result.checkpoints else None
+            if reason:
+                result.ended_early = reason
+                raise StopRounds(reason)
             pending.append(self._make_room())
 
         def write() -> None:
@@ -200,9 +247,13 @@ class FillCampaign:
 
 
 def run_rounds(fn: Callable[[], None], setup: Callable[[], None], rounds: int) -> None:
-    """Runs `rounds` rounds of `setup` then `fn`: the plain twin of pytest-benchmark's pedantic()."""
+    """Runs `rounds` rounds of `setup` then `fn`: the plain twin of pytest-benchmark's pedantic(); a setup that
+    raises StopRounds ends them."""
     for _ in range(rounds):
-        setup()
+        try:
+            setup()
+        except StopRounds:
+            return
         fn()
 
 
@@ -220,4 +271,5 @@ def _record(
         removed_before=removed,
         remove_s=remove_s,
         ranks=[asdict(r) for r in timing.ranks],
+        host=timing.host,
     )

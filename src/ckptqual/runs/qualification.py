@@ -17,19 +17,25 @@ from typing import Any
 
 from ckptqual.config.run_settings import RunSettings
 from ckptqual.faults import RunError, fault_of_errno, os_error_line
+from ckptqual.host import health
+from ckptqual.host.cpu import HostSampler
+from ckptqual.host.sampler import Sampler, physical_devices
 from ckptqual.host.space import RunSpace
 from ckptqual.host.target import DriveIdentity, Target, identify, open_target
+from ckptqual.limits.health import check_health
 from ckptqual.limits.judgement import Judgement, judge
 from ckptqual.limits.steady import SteadyState, steady_state
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.planfile import dump_plan
 from ckptqual.runs import raw
 from ckptqual.runs.baseline import Baseline, measure_baseline
-from ckptqual.runs.events import RunEvents
-from ckptqual.runs.fill import CheckpointRecord, FillCampaign, PassResult
+from ckptqual.runs.early_stop import stop_reason
+from ckptqual.runs.events import Broadcast, RunEvents
+from ckptqual.runs.fill import CheckpointRecord, EarlyStop, FillCampaign, PassResult
 from ckptqual.runs.layouts import LayoutResult, run_layout
 from ckptqual.runs.ranks import RankFailure, RankPool
 from ckptqual.runs.restore import RestoreResult, evict_checkpoint
+from ckptqual.runs.written import SuiteWrites
 
 
 class RestoreError(RunError):
@@ -45,11 +51,19 @@ class Qualification:
         self.space = RunSpace(self.target, timeout_s=settings.rank_timeout_s)
         self.identity: DriveIdentity = identify(self.target.path)
         self._finished = False
+        self._host_bound: dict[str, str] = {}  # measurement -> why its figure about to be judged was host-bound
         events.started({"path": str(self.target.path), "run_dir": str(self.run_dir)}, self.identity.to_dict())
+        self.written = SuiteWrites()  # what the suite writes, told by the events, against what the drive counts
+        self.events = Broadcast(events, self.written)
         self.pool: RankPool | None = None
+        self.sampler: Sampler | None = None
         try:
+            self.health_before = health.snapshot(self.identity)  # before the first byte the suite writes
+            self.events.health({"before": self.health_before})
             self._declare_files()
-            self.pool = RankPool(len(settings.plan.ranks), settings.seed, timeout_s=settings.rank_timeout_s)
+            sampler = HostSampler(self.target.path)  # the target's block device, resolved once, before any I/O
+            self.pool = RankPool(len(settings.plan.ranks), settings.seed, settings.rank_timeout_s, sampler=sampler)
+            self.sampler = self._start_sampling()
             self.baseline = self._measure_baseline()
         except BaseException:
             self.close()
@@ -102,6 +116,19 @@ class Qualification:
             self.events.error(error)
         self.space.errors.clear()
 
+    def _start_sampling(self) -> Sampler | None:
+        """The time series of the drive's counters, CPU, memory and the ranks' writes, marked with the run's
+        events (it listens to them from now on); None when --sample-interval is 0."""
+        interval_s = self.settings.sample_interval_s
+        if not interval_s:
+            self.events.timeseries({"interval_s": 0, "unavailable": "sampling was off (--sample-interval 0)"})
+            return None
+        names = [device["name"] for device in self.identity.to_dict().get("physical", [])] or [self.identity.device]
+        events = self.events
+        sampler = Sampler(physical_devices(names), interval_s, self.pool.pids, events.sample, events.timeseries)
+        self.events = Broadcast(events, sampler)
+        return sampler
+
     def _measure_baseline(self) -> Baseline:
         """Raw sequential write and read on the target, before anything else loads the drive."""
         self.events.measuring_baseline(self.settings.baseline_bytes)
@@ -115,9 +142,41 @@ class Qualification:
     def run_pass(self, number: int, runner: Callable[..., None] | None = None) -> PassResult:
         """Writes fill pass `number`."""
         started = time.monotonic()
-        result = self.fill.run_pass(number, runner)
+        self.events.fill_started(number)
+        try:
+            result = self.fill.run_pass(number, runner, self._early_stop(number))
+        finally:
+            self.events.fill_ended(number)  # done, failed or interrupted
         self.events.fill_pass(result.to_dict(), time.monotonic() - started)
+        for name, _, _ in fill_measurements(result):
+            self._host_bound.pop(name, None)
+            self.host_bound_figure(name, result.host_bound_reason())
         return result
+
+    def _early_stop(self, number: int) -> EarlyStop | None:
+        """--early-stop's check for pass `number` (runs.early_stop); never pass 1: its fill state is what is tested."""
+        if not self.settings.early_stop or number < 2:
+            return None
+        passes = [self.fill.passes[n] for n in range(2, number) if n in self.fill.passes]
+        earlier = [c.GBps for result in passes for c in result.checkpoints]
+        settings, baselines = self.settings, self.baseline.as_baselines()
+        context = {"pass": number, "state": "steady"}
+
+        def outcomes(result: PassResult) -> tuple[str, ...]:
+            limits, bound = settings.thresholds.limits, result.host_bound_reason()
+            return tuple(
+                j.outcome
+                for name, value, unit in fill_measurements(result)
+                for j in judge(limits, name, value, unit, context, baselines, settings.scale, bound)
+            )
+
+        return lambda result: stop_reason(result, earlier, outcomes)
+
+    def host_bound_figure(self, measurement: str, reason: str | None) -> None:
+        """Notes that the next figure of `measurement` to be judged was host-bound for `reason` (None: nothing);
+        the first reason of a figure made of several results is kept."""
+        if reason:
+            self._host_bound.setdefault(measurement, reason)
 
     def steady_state(self, through_pass: int) -> SteadyState:
         """The SNIA rule over the per-checkpoint rates of the steady-state passes (2 and later) so far."""
@@ -143,10 +202,10 @@ class Qualification:
         except RankFailure as error:
             raise self._failed(RestoreError(str(error), error.fault, error.errno)) from error
         ranks = [asdict(r) for r in timing.ranks]
-        result = RestoreResult(
-            checkpoint, timing.bytes, timing.seconds, timing.first_done_s, cached, timing.generated_GBps, ranks
-        )
+        figures = (timing.bytes, timing.seconds, timing.first_done_s, cached, timing.generated_GBps, ranks)
+        result = RestoreResult(checkpoint, *figures, host=timing.host)
         self.events.restore(result.to_dict())
+        self.host_bound_figure("restore_throughput", result.host_bound_reason())
         return result
 
     def _failed(self, error: RunError) -> RunError:
@@ -178,7 +237,16 @@ class Qualification:
         judgements = [
             j
             for name, value, unit in measurements
-            for j in judge(settings.thresholds.limits, name, value, unit, context, baselines, settings.scale)
+            for j in judge(
+                settings.thresholds.limits,
+                name,
+                value,
+                unit,
+                context,
+                baselines,
+                settings.scale,
+                self._host_bound.pop(name, None),
+            )
         ]
         self.events.judged([j.to_dict() for j in judgements])
         return judgements
@@ -194,10 +262,28 @@ class Qualification:
                 self.pool.close()
                 self.events.abandoned(self.pool.abandoned)
         finally:
+            self._check_health()
             cleanup = self.space.close()
             self.events.abandoned(self.space.ops.abandoned)
             self._tell_space()
+            if self.sampler is not None:
+                self.sampler.stop()
             self.events.finished(cleanup)
+
+    def _check_health(self) -> None:
+        """The drive's health after the last test against before the first, and the bytes it counted written
+        against the suite's; a reading that fails is an error of the record, never a stop to the cleanup."""
+        try:
+            after = health.snapshot(self.identity)
+            settings = self.settings
+            checked = check_health(
+                settings.thresholds.limits, settings.scale, self.health_before, after, self.written.to_dict()
+            )
+        except Exception as error:  # whatever broke, the target is still cleaned up
+            self.events.error(f"the drive's health after the run could not be read: {error!r}")
+            return
+        self.events.judged([judgement.to_dict() for judgement in checked.judgements])
+        self.events.health({"before": self.health_before, "after": after, **checked.record})
 
 
 def fill_measurements(result: PassResult) -> list[tuple[str, float, str]]:

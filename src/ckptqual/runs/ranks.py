@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptqual.faults import RunError, fault_of_errno, on_path, os_error_line
+from ckptqual.host.cpu import HostSampler, HostUse, Mark
 from ckptqual.io.engines import make_engine
 from ckptqual.io.engines.base import DEFAULT_CHUNK_BYTES, RankIO, fsync_directory, fsync_path
 from ckptqual.io.payload import PayloadGenerator
@@ -47,13 +48,16 @@ class RankTiming:
     bytes: int
     files: int
     payload_cpu_s: float
+    cpu_s: float  # user+system CPU seconds of the rank's process over its timed part (all its threads)
 
 
 @dataclass(frozen=True)
 class CheckpointTiming:
-    """When the ranks of one checkpoint finished; the slowest decides the checkpoint time."""
+    """When the ranks of one checkpoint finished; the slowest decides the checkpoint time. `host`: what the host's
+    CPUs and the drive did meanwhile, the ranks' CPU seconds included."""
 
     ranks: tuple[RankTiming, ...]
+    host: HostUse
 
     @property
     def seconds(self) -> float:
@@ -82,6 +86,7 @@ class _Task:
     directory: str = ""
     plan: RankPlan | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    sampler: HostSampler | None = None
 
 
 def directories_to_sync(directory: Path, file_paths: list[str]) -> list[Path]:
@@ -150,9 +155,13 @@ def _run_task(io: RankIO, task: _Task, barrier: Any) -> dict[str, Any]:
     io.checkpoint, io.payload_cpu_s, io.generated_bytes, io.stage = task.checkpoint, 0.0, 0, task.op
     try:
         barrier.wait()
-        start = time.monotonic()
+        first = task.sampler.mark()
+        cpu_start = time.process_time()
         moved = _OPERATIONS[task.op](io, task)
-        reply = {"start": start, "end": time.monotonic(), "bytes": moved, "payload_cpu_s": io.payload_cpu_s}
+        cpu_s = time.process_time() - cpu_start
+        last = task.sampler.mark()
+        reply = {"start": first.wall, "end": last.wall, "bytes": moved, "payload_cpu_s": io.payload_cpu_s}
+        reply |= {"cpu_s": cpu_s, "marks": (first, last)}
         return reply | (_AFTER_TIMING[task.op](io, task) if task.op in _AFTER_TIMING else {})
     except Exception as error:
         return _failure_reply(error, io.stage)
@@ -213,10 +222,19 @@ def end_processes(procs: list[mp.process.BaseProcess]) -> list[str]:
 
 
 class RankPool:
-    """A fixed set of rank processes that write checkpoints on command."""
+    """A fixed set of rank processes that write checkpoints on command; `sampler` watches the host meanwhile (its
+    device: the drive the ranks write to, where known)."""
 
-    def __init__(self, ranks: int, seed: int, timeout_s: float = 600.0, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+    def __init__(
+        self,
+        ranks: int,
+        seed: int,
+        timeout_s: float = 600.0,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        sampler: HostSampler | None = None,
+    ) -> None:
         self.ranks, self.seed, self.timeout_s = ranks, seed, timeout_s
+        self.sampler = sampler or HostSampler()
         context = mp.get_context("spawn")
         self._barrier = context.Barrier(ranks)
         self._conns: list[Connection] = []
@@ -268,7 +286,8 @@ class RankPool:
             raise ValueError(f"plan has {len(plans)} ranks, pool has {self.ranks}")
         with self._lock:
             try:
-                self._send_all(what, [_Task(op, checkpoint, str(directory), plan, options or {}) for plan in plans])
+                tasks = [_Task(op, checkpoint, str(directory), plan, options or {}, self.sampler) for plan in plans]
+                self._send_all(what, tasks)
                 replies = self._collect(what)
             except (KeyboardInterrupt, SystemExit):
                 self.close(grace_s=0)
@@ -276,11 +295,22 @@ class RankPool:
         start = min(r["start"] for r in replies)
         timings = tuple(
             RankTiming(
-                rank, r["end"] - start, r["bytes"], len(plans[rank].files) if plans[rank] else 0, r["payload_cpu_s"]
+                rank,
+                r["end"] - start,
+                r["bytes"],
+                len(plans[rank].files) if plans[rank] else 0,
+                r["payload_cpu_s"],
+                r["cpu_s"],
             )
             for rank, r in enumerate(replies)
         )
-        return CheckpointTiming(timings)
+        return CheckpointTiming(timings, self._host_use(replies))
+
+    def _host_use(self, replies: list[dict[str, Any]]) -> HostUse:
+        """The host's use over the common timed region: from the first rank's start to the last rank's end."""
+        first: Mark = min((r["marks"][0] for r in replies), key=lambda mark: mark.wall)
+        last: Mark = max((r["marks"][1] for r in replies), key=lambda mark: mark.wall)
+        return self.sampler.use(first, last, sum(r["cpu_s"] for r in replies))
 
     def _send_all(self, what: str, tasks: list[_Task]) -> None:
         """Hands every rank its task; a rank that died while idle stops the pool with its rank, PID and exit code."""

@@ -17,9 +17,11 @@ from typing import Any
 import torch
 
 from ckptqual.host import cache
+from ckptqual.host.cpu import HostUse
 from ckptqual.io.engines import make_engine
 from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO
 from ckptqual.io.engines.readback import check_loaded, first_line, tensor_bytes
+from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.plan.model import CheckpointPlan
 
 # More of a checkpoint than this in the page cache before a restore makes it a cache read, not a drive read.
@@ -93,6 +95,7 @@ class RestoreResult:
     cached_fraction_before: float
     payload_GBps: float
     ranks: list[dict]
+    host: HostUse | None = None
 
     @property
     def GBps(self) -> float:
@@ -113,8 +116,15 @@ class RestoreResult:
             )
         return None
 
+    def host_bound_reason(self) -> str | None:
+        """Why this restore measured the host's CPUs rather than the drive, if it did (limits.host_bound)."""
+        return host_bound_reason(self.host)
+
     def to_dict(self) -> dict:
-        return {**self.__dict__, "GBps": self.GBps}
+        host = self.host.to_dict() if self.host else None
+        cpu = self.host.cpu_s_per_GB(self.bytes) if self.host else None
+        extra = {"host": host, "GBps": self.GBps, "cpu_s_per_GB": cpu, "host_bound": self.host_bound_reason()}
+        return {**self.__dict__, **extra}
 
 
 def evict_checkpoint(directory: Path, plan: CheckpointPlan) -> float:

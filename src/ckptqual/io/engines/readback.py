@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ckptqual.io.crc import crc32
 from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO
 from ckptqual.io.engines.torchread import (
     ExpectedArchive,
@@ -101,7 +101,7 @@ def _check_tensor(io: RankIO, file: ArchiveFile, tensor: TensorRecord, chunks: C
     problems: list[Problem] = []
     for offset, chunk in chunks:
         start = time.thread_time()
-        crc = zlib.crc32(chunk, crc)
+        crc = crc32(chunk, crc)
         io.payload_cpu_s += time.thread_time() - start
         found = io.verify(chunk, file.index, tensor.index, offset)
         problems += [Problem(file.label, tensor.spec.name, tensor.record.data_offset + m.offset, m) for m in found]

@@ -5,32 +5,36 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
+from ckptqual.io.crc import crc32
 from ckptqual.io.engines.base import Problem, RankIO
+from ckptqual.io.engines.fileimage import BLOCK, FileImage, aligned_buffer
 from ckptqual.io.engines.readback import ArchiveFile, read_archive
-from ckptqual.io.engines.torchformat import ALIGNMENT, TorchZipWriter, head_records, tail_records
+from ckptqual.io.engines.torchformat import ALIGNMENT, Entry, central_directory, data_record, head_records, tail_records
 from ckptqual.io.engines.torchread import ExpectedArchive
 from ckptqual.plan.model import FilePlan
 
 
 class StreamEngine:
-    """Peak memory is one chunk buffer per rank, whatever the checkpoint size."""
+    """Peak memory is one window buffer per rank (the chunk size), whatever the checkpoint size."""
 
     name = "stream"
+    direct = False  # page cache (buffered), like torch.save; `stream-direct` writes O_DIRECT
+
+    def __init__(self) -> None:
+        self._window: np.ndarray | None = None
 
     def write(self, path: Path, spec: FilePlan, file_index: int, io: RankIO) -> None:
-        with open(path, "wb", buffering=0) as file:
-            writer = TorchZipWriter(file, spec.tensors, serialization_id(io.checkpoint, io.rank, file_index))
-            try:
-                for index, tensor in enumerate(spec.tensors):
-                    with writer.record(index) as record:
-                        for offset in range(0, tensor.nbytes, io.chunk_bytes):
-                            chunk = io.buffer[: min(io.chunk_bytes, tensor.nbytes - offset)]
-                            io.generate(chunk, file_index, index, offset)
-                            record.write(chunk)
-                writer.close()
-            except BaseException:
-                writer.abandon()
-                raise
+        if self._window is None or self._window.nbytes < io.chunk_bytes:
+            self._window = aligned_buffer(max(2 * BLOCK, io.chunk_bytes))
+        image = FileImage(path, self._window, self.direct)
+        try:
+            write_archive(image, spec, serialization_id(io.checkpoint, io.rank, file_index), file_index, io)
+        except BaseException:
+            image.abandon()
+            raise
+        image.close()
 
     def read(self, path: Path, spec: FilePlan, file_index: int, io: RankIO, label: str) -> list[Problem]:
         expected = self.expected_archive(spec, io.checkpoint, io.rank, file_index)
@@ -48,3 +52,35 @@ class StreamEngine:
 def serialization_id(checkpoint: int, rank: int, file_index: int) -> str:
     """The file's `.data/serialization_id`: 40 digits like torch's, naming checkpoint, rank and file."""
     return f"{checkpoint:020d}{rank:010d}{file_index:010d}"
+
+
+def write_archive(image: FileImage, spec: FilePlan, serialization_id: str, file_index: int, io: RankIO) -> None:
+    """The whole torch archive of `spec` through `image`: small records and headers placed in the window, the
+    payload generated in place and its CRC taken there; a tensor's header is completed once its CRC is known."""
+    entries: list[Entry] = []
+    for name, data in head_records(spec.tensors).items():
+        entries.append(_small(image, name, data))
+    for index, tensor in enumerate(spec.tensors):
+        entry = Entry(data_record(index), image.position, tensor.nbytes, tensor=True)
+        image.pin()
+        image.put(entry.local_header())
+        crc = offset = 0
+        while offset < tensor.nbytes:  # the data starts on a block boundary: every chunk but the last is whole blocks
+            chunk = image.space()[: tensor.nbytes - offset]
+            io.generate(chunk, file_index, index, offset)
+            crc = crc32(chunk, crc)
+            image.advance(chunk.nbytes)
+            offset += chunk.nbytes
+        entry.crc = crc
+        image.patch(entry.local_header())
+        entries.append(entry)
+    for name, data in tail_records(serialization_id).items():
+        entries.append(_small(image, name, data))
+    image.put(central_directory(entries, image.position))
+
+
+def _small(image: FileImage, name: str, data: bytes) -> Entry:
+    entry = Entry(name, image.position, len(data), crc32(data))
+    image.put(entry.local_header())
+    image.put(data)
+    return entry

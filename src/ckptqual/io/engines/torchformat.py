@@ -9,14 +9,12 @@ in `.storage_alignment`), so a 4 KiB drive sector holds bytes of one payload blo
 
 from __future__ import annotations
 
+import functools
 import io
 import pickle
 import struct
-import zipfile
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import IO
+from dataclasses import dataclass
 
 import torch
 
@@ -27,7 +25,7 @@ ALIGNMENT = 4096
 FORMAT_VERSION = b"1"
 FILE_VERSION = b"3\n"
 BYTEORDER = b"little"
-_ZIP64_EXTRA_BYTES = 20  # zipfile adds this to a local header written with force_zip64
+_ZIP64_EXTRA_BYTES = 20  # the zip64 field of a tensor's local header
 _PAD_EXTRA_ID = 0x4246  # "FB", the padding field torch's writer uses
 
 
@@ -67,6 +65,7 @@ class _Pickler(pickle.Pickler):
         return ("storage", getattr(torch, name), obj.key, "cpu", obj.spec.numel)
 
 
+@functools.lru_cache(maxsize=1024)  # a rank writes the same files, with the same tensors, checkpoint after checkpoint
 def state_pickle(tensors: tuple[TensorSpec, ...]) -> bytes:
     """The `data.pkl` record for a dict of tensors named as in `tensors`, storage keys "0", "1", ..."""
     state = {spec.name: _TensorRef(_StorageRef(str(i), spec)) for i, spec in enumerate(tensors)}
@@ -95,42 +94,75 @@ def data_record(index: int) -> str:
     return f"data/{index}"
 
 
-class TorchZipWriter:
-    """Writes one torch-loadable archive to an open binary file, one tensor record at a time."""
+# The zip records, byte for byte as Python's zipfile writes them for the calls torch's format needs (writestr of a
+# ZipInfo for small records; open(info, "w", force_zip64=True) with the size known for tensors); tests compare.
+_ZIP64_LIMIT = (1 << 31) - 1  # zipfile's: past it, sizes and offsets move into zip64 fields
+_COUNT_LIMIT = (1 << 16) - 1
+_DOS_DATE = 1 << 5 | 1  # 1980-01-01, zipfile's default date; time 00:00:00
+_LOCAL = struct.Struct("<4s2B4HL2L2H")
+_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
+_END = struct.Struct("<4s4H2LH")
+_END64 = struct.Struct("<4sQ2H2L4Q")
+_LOCATOR64 = struct.Struct("<4sLQL")
+_EXTERNAL_ATTR = 0o600 << 16
 
-    def __init__(self, file: IO[bytes], tensors: tuple[TensorSpec, ...], serialization_id: str) -> None:
-        self._zip = zipfile.ZipFile(file, "w", compression=zipfile.ZIP_STORED, allowZip64=True)
-        self._tensors = tensors
-        self._serialization_id = serialization_id
-        try:
-            for name, data in head_records(tensors).items():
-                self._write_small(name, data)
-        except BaseException:
-            self.abandon()
-            raise
 
-    def _write_small(self, name: str, data: bytes) -> None:
-        self._zip.writestr(zipfile.ZipInfo(f"{ARCHIVE}/{name}"), data)
+@dataclass
+class Entry:
+    """One record of the archive: name under `archive/`, where its local header starts, its size and CRC."""
 
-    @contextmanager
-    def record(self, index: int) -> Iterator[IO[bytes]]:
-        """A writable stream for tensor `index`'s bytes, whose data starts at a multiple of ALIGNMENT in the file."""
-        info = zipfile.ZipInfo(f"{ARCHIVE}/{data_record(index)}")
-        info.file_size = self._tensors[index].nbytes
-        header_end = self._zip.fp.tell() + 30 + len(info.filename.encode()) + 4 + _ZIP64_EXTRA_BYTES
-        pad = -header_end % ALIGNMENT
-        info.extra = struct.pack("<HH", _PAD_EXTRA_ID, pad) + b"Z" * pad
-        with self._zip.open(info, "w", force_zip64=True) as stream:
-            yield stream
-        info.extra = b""  # the padding belongs in the local header only; the central directory stays small, as torch's
+    name: str
+    offset: int
+    size: int
+    crc: int = 0
+    tensor: bool = False  # tensor records: zip64 local header, padded so that the data starts at ALIGNMENT
 
-    def close(self) -> None:
-        """Writes the trailing records and the central directory."""
-        for name, data in tail_records(self._serialization_id).items():
-            self._write_small(name, data)
-        self._zip.close()
+    @property
+    def encoded(self) -> bytes:
+        return f"{ARCHIVE}/{self.name}".encode()
 
-    def abandon(self) -> None:
-        """Gives up a file whose writing failed: nothing more is written to it, not even later by the garbage
-        collector (ZipFile would try to write its central directory, and fail again, noisily)."""
-        self._zip.fp = None
+    @property
+    def pad(self) -> int:
+        if not self.tensor:
+            return 0
+        return -(self.offset + _LOCAL.size + len(self.encoded) + 4 + _ZIP64_EXTRA_BYTES) % ALIGNMENT
+
+    def local_header(self) -> bytes:
+        name = self.encoded
+        if not self.tensor:
+            fields = (20, 0, 0, 0, 0, _DOS_DATE, self.crc, self.size, self.size, len(name), 0)
+            return _LOCAL.pack(b"PK\x03\x04", *fields) + name
+        extra = struct.pack("<HH", _PAD_EXTRA_ID, self.pad) + b"Z" * self.pad
+        extra += struct.pack("<HHQQ", 1, 16, self.size, self.size)
+        fields = (45, 0, 0, 0, 0, _DOS_DATE, self.crc, 0xFFFFFFFF, 0xFFFFFFFF, len(name), len(extra))
+        return _LOCAL.pack(b"PK\x03\x04", *fields) + name + extra
+
+    @property
+    def data_offset(self) -> int:
+        return self.offset + len(self.local_header())
+
+    def central_header(self) -> bytes:
+        name, values = self.encoded, []
+        size = self.size
+        if size > _ZIP64_LIMIT:
+            values += [size, size]
+            size = 0xFFFFFFFF
+        offset = self.offset
+        if offset > _ZIP64_LIMIT:
+            values.append(offset)
+            offset = 0xFFFFFFFF
+        extra = struct.pack(f"<HH{len(values)}Q", 1, 8 * len(values), *values) if values else b""
+        version = 45 if values or self.tensor else 20
+        fields = (version, 3, version, 0, 0, 0, 0, _DOS_DATE, self.crc, size, size, len(name), len(extra), 0, 0, 0)
+        return _CENTRAL.pack(b"PK\x01\x02", *fields, _EXTERNAL_ATTR, offset) + name + extra
+
+
+def central_directory(entries: list[Entry], start: int) -> bytes:
+    """The central directory that starts at file offset `start`, and the end records after it."""
+    directory = b"".join(entry.central_header() for entry in entries)
+    count, size, end = len(entries), len(directory), start + len(directory)
+    if count > _COUNT_LIMIT or start > _ZIP64_LIMIT or size > _ZIP64_LIMIT:
+        directory += _END64.pack(b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, size, start)
+        directory += _LOCATOR64.pack(b"PK\x06\x07", 0, end, 1)
+        count, size, start = min(count, 0xFFFF), min(size, 0xFFFFFFFF), min(start, 0xFFFFFFFF)
+    return directory + _END.pack(b"PK\x05\x06", 0, 0, count, count, size, start, 0)

@@ -14,7 +14,6 @@ import io
 import os
 import pickle
 import struct
-import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ckptqual.io.crc import crc32
 from ckptqual.io.engines.base import IntegrityError, ReadBackError
 from ckptqual.io.engines.torchformat import ARCHIVE, data_record
 from ckptqual.plan.model import DTYPE_BYTES, TensorSpec
@@ -228,7 +228,7 @@ def _small_record(source: FileSource, record: Record, wanted: bytes | None, writ
     """A small record's bytes, once its CRC and, where they are known, the bytes check out (a change says both)."""
     data = source.read(record.data_offset, record.size)
     difference = "" if wanted is None or data == wanted else _difference(data, wanted, writer)
-    check_crc(record, zlib.crc32(data), f": it {difference}" if difference else "")
+    check_crc(record, crc32(data), f": it {difference}" if difference else "")
     if difference:
         raise FormatError(f"record {record.name} {difference}")
     return data

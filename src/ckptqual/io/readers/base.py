@@ -1,17 +1,19 @@
 """The one small interface every sweep read engine implements, and the host buffers they share.
 
 An engine owns files, buffers and a pool of `threads` workers; the sweep's driver (ckptqual.runs.sweep.driver)
-decides which reads to submit and when.
+decides which reads to submit and when, unless the engine runs a whole cell itself (`CellReader`): then its own
+workers take the reads in the driver's order, with the same batch and depth rules, and no read is handed from
+one thread to another.
 """
 
 from __future__ import annotations
 
 import contextlib
 import mmap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -66,6 +68,37 @@ class Reader(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class ReadError(RuntimeError):
+    """A read returned fewer bytes than asked, or failed; the message names job, offset and error."""
+
+
+CheckBlock = Callable[[int, int, np.ndarray], None]  # check(job, offset, bytes read there)
+
+
+@dataclass
+class CellReads:
+    """What an engine that ran a whole cell measured: bytes per job, each read's latency (jobs x requests, ns),
+    the common start and the last completion (perf_counter_ns), and the blocks checked inside the cell."""
+
+    bytes_per_job: list[int]
+    latencies_ns: np.ndarray
+    started_ns: int
+    finished_ns: int
+    verified: int
+
+
+@runtime_checkable
+class CellReader(Protocol):
+    """An engine that runs a cell's reads itself: `offsets[job]` in order, `slots` a batch, every read of a batch
+    done before the job's next batch starts, at most `threads` (the engine's workers) in flight."""
+
+    def read_cell(self, offsets: Sequence[Sequence[int]], slots: int, check_block: CheckBlock | None) -> CellReads:
+        """Reads every offset into its job's buffer `index % slots`; `check_block`, if given, checks each batch
+        once it is complete, before the job's next batch reuses its buffers. Raises ReadError naming job and
+        offset for a failed or short read (the other workers stop taking reads)."""
+        ...
 
 
 class HostBuffers:

@@ -17,9 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from ckptqual.host.cpu import HostSampler, HostUse, own_cpu_s
 from ckptqual.host.gpu import HostGpu
 from ckptqual.io.readers import make_reader
-from ckptqual.io.readers.base import Pending, Reader, ReadShape
+from ckptqual.io.readers.base import CellReader, CheckBlock, Pending, Reader, ReadError, ReadShape
+from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.runs.sweep import cells
 from ckptqual.runs.sweep.cells import MAX_CACHED_FRACTION, Cell, CellStats, SweepConfig, cell_stats
 from ckptqual.runs.sweep.files import ChangeRunner, SweepFiles, run_here
@@ -68,12 +70,14 @@ class SweepRun:
         verify: str = "last",
         cufile_log: Path | None = None,
         run: ChangeRunner = run_here,
+        sampler: HostSampler | None = None,
     ) -> None:
         if verify not in ("last", "all", "none"):
             raise ValueError(f"verify must be last, all or none, got {verify!r}")
         self.config, self.host, self.say, self.verify, self.run = config, host, say, verify, run
         self._on_change = on_change
         self.cufile_log = cufile_log
+        self.sampler = sampler or HostSampler()  # the reads run in this process (or a child): its CPU time is theirs
         self.files = SweepFiles(directory, config.jobs, config.file_bytes, seed)
         self._starts = [0] * config.jobs
         self.data: dict[str, Any] = {
@@ -109,7 +113,7 @@ class SweepRun:
         try:
             reader.open(self.files.paths, read_shape(cell))
             record["start_offsets"] = list(self._starts)
-            run, cached_before = self._timed_read(reader, cell, runner or plain_runner)
+            run, cached_before, host = self._timed_read(reader, cell, runner or plain_runner)
             self._starts = run.next_starts
             record["cached_fraction_after"] = self.files.cached_fraction()
             verified = run.verified_requests + self._check_last_batches(reader, cell, run)
@@ -119,6 +123,9 @@ class SweepRun:
                 settings=reader.settings(),
                 cached_fraction_before=cached_before,
                 verified_requests=verified,
+                host=host.to_dict(),
+                cpu_s_per_GB=host.cpu_s_per_GB(stats.bytes),
+                host_bound=host_bound_reason(host, "the sweep's process"),
                 invalid_reason=self._invalid_reason(reader, cached_before),
             )
         except BaseException as error:
@@ -136,8 +143,9 @@ class SweepRun:
         )
         return CellResult(cell, stats, record)
 
-    def _timed_read(self, reader: Reader, cell: Cell, runner: Runner) -> tuple[CellRun, float]:
-        """The cell's reads as `runner` times them, after evicting the files; and the fraction cached before them."""
+    def _timed_read(self, reader: Reader, cell: Cell, runner: Runner) -> tuple[CellRun, float, HostUse]:
+        """The cell's reads as `runner` times them, after evicting the files; the fraction cached before them; the
+        host's use meanwhile (this process's CPU seconds and its children's: the reads run there)."""
         box: dict[str, Any] = {}
 
         def setup() -> None:
@@ -146,10 +154,12 @@ class SweepRun:
 
         def read() -> None:
             check = self.files.check if self.verify == "all" else None
+            start, cpu_start = self.sampler.mark(), own_cpu_s()
             box["run"] = run_cell(reader, cell, self._starts, self.config.file_bytes, check_block=check)
+            box["host"] = self.sampler.use(start, self.sampler.mark(), own_cpu_s() - cpu_start)
 
         runner(read, setup)
-        return box["run"], box["cached_before"]
+        return box["run"], box["cached_before"], box["host"]
 
     def _check_last_batches(self, reader: Reader, cell: Cell, run: CellRun) -> int:
         """With verify="last", checks what every job's buffers hold after the cell (its last batch), untimed."""
@@ -217,10 +227,6 @@ class SweepRun:
             self._changed()
 
 
-class ReadError(RuntimeError):
-    """A read returned fewer bytes than asked, or failed; the message names job, offset and error."""
-
-
 @dataclass
 class CellRun:
     """What the loop measured: bytes, wall time from first submit to last completion, each request's latency."""
@@ -239,7 +245,6 @@ class CellRun:
         return offsets[-size:]
 
 
-CheckBlock = Callable[[int, int, np.ndarray], None]
 InFlight = deque[tuple[int, Pending]]
 
 
@@ -258,7 +263,10 @@ def run_cell(
     A job that cannot get a permit collects its own oldest read and frees that permit; one that has nothing in
     flight waits for a permit, so the jobs cannot starve each other. A read's latency is the engine's: from
     issue to completion (see Pending.wait). `check_block(job, offset, data)`, if given, checks every block
-    after its batch, inside the timed loop (for tests)."""
+    after its batch, inside the timed loop (for tests). An engine that runs cells itself (`CellReader`) gets the
+    same schedule and rules."""
+    if isinstance(reader, CellReader):
+        return _engine_cell(reader, cell, starts, file_bytes, check_block)
     loop = _CellLoop(reader, cell, starts, file_bytes, check_block)
     workers = [
         threading.Thread(target=loop.run_job, args=(job,), name=f"ckptqual-sweep-job-{job}") for job in range(cell.jobs)
@@ -270,6 +278,23 @@ def run_cell(
     if loop.errors:
         raise loop.errors[0]
     return loop.result(file_bytes)
+
+
+def _engine_cell(
+    reader: CellReader, cell: Cell, starts: Sequence[int], file_bytes: int, check_block: CheckBlock | None
+) -> CellRun:
+    offsets = [
+        cells.job_offsets(starts[job], cell.requests_per_job, cell.block_bytes, file_bytes) for job in range(cell.jobs)
+    ]
+    reads = reader.read_cell(offsets, cell.slots, check_block)
+    return CellRun(
+        bytes=sum(reads.bytes_per_job),
+        seconds=(reads.finished_ns - reads.started_ns) / 1e9,
+        latencies_ns=reads.latencies_ns.reshape(-1),
+        offsets=offsets,
+        next_starts=[cells.next_start(mine, cell.block_bytes, file_bytes) for mine in offsets],
+        verified_requests=reads.verified,
+    )
 
 
 class _CellLoop:

@@ -1,0 +1,146 @@
+"""What the host did during a timed region: how busy the CPUs this run may use were (any process, the kernel
+included) and how busy the target's block device was, beside the CPU seconds the working processes report.
+
+Read from /proc/stat (per CPU) and the block device's sysfs stat file (io_ticks); nothing here touches the drive
+under test, so sampling never waits on it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+# /proc/stat columns after the name: user nice system idle iowait irq softirq steal (guest is inside user).
+_IDLE_COLUMNS = (3, 4)
+_COUNTED_COLUMNS = 8
+
+
+@dataclass(frozen=True)
+class HostUse:
+    """A timed region's use of the host: `work_cpu_s` user+system CPU seconds of the working processes over
+    `wall_s`, on `cores` usable cores that were `cpu_busy` busy (0-1), and the drive's busy share (None: unknown)."""
+
+    wall_s: float
+    work_cpu_s: float
+    cores: int
+    cpu_busy: float
+    device: str | None
+    device_busy: float | None
+
+    @property
+    def work_cores(self) -> float:
+        """Cores the working processes kept busy on average."""
+        return self.work_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    def cpu_s_per_GB(self, nbytes: int) -> float:
+        """CPU seconds the working processes spent per 1e9 bytes moved."""
+        return self.work_cpu_s / (nbytes / 1e9) if nbytes > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "work_cores": self.work_cores}
+
+
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity), in order."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def cpu_times(cpus: list[int]) -> tuple[int, int]:
+    """(busy, total) clock ticks so far, summed over `cpus`, from /proc/stat."""
+    wanted = {f"cpu{cpu}" for cpu in cpus}
+    busy = total = 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *columns = line.split()
+        if name in wanted:
+            ticks = [int(value) for value in columns[:_COUNTED_COLUMNS]]
+            total += sum(ticks)
+            busy += sum(ticks) - sum(ticks[i] for i in _IDLE_COLUMNS)
+    return busy, total
+
+
+def block_stat_path(path: Path | None) -> Path | None:
+    """The sysfs stat file of the block device holding `path`, or None (no path, tmpfs, NFS, a device without one)."""
+    if path is None:
+        return None
+    try:
+        device = os.stat(path).st_dev
+    except OSError:
+        return None
+    stat = Path(f"/sys/dev/block/{os.major(device)}:{os.minor(device)}/stat")
+    return stat if os.major(device) != 0 and stat.is_file() else None
+
+
+def device_name(stat: Path) -> str:
+    """The kernel's name of the device whose stat file is `stat` (vda, loop3, nvme0n1p1)."""
+    return stat.parent.resolve().name
+
+
+def io_ticks_ms(stat: Path | None) -> int | None:
+    """Milliseconds the device has had I/O in flight so far (io_ticks), or None."""
+    if stat is None:
+        return None
+    try:
+        return int(stat.read_text().split()[9])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Mark:
+    """The host's counters at one moment (monotonic clock, CPU ticks, the device's io_ticks)."""
+
+    wall: float
+    cpu: tuple[int, int]
+    io_ms: int | None
+
+
+class HostSampler:
+    """Samples the host at the edges of timed regions; `device_of` is a path on the drive under test (resolved once,
+    here). Picklable: a rank process takes its marks itself, right at the edges of its timed part."""
+
+    def __init__(self, device_of: Path | None = None) -> None:
+        self.cpus = usable_cpus()
+        self.stat = block_stat_path(device_of)
+        self.device = device_name(self.stat) if self.stat else None
+
+    def mark(self) -> Mark:
+        return Mark(time.monotonic(), cpu_times(self.cpus), io_ticks_ms(self.stat))
+
+    def use(self, start: Mark, end: Mark, work_cpu_s: float) -> HostUse:
+        """The host's use between two marks, the working processes having spent `work_cpu_s` CPU seconds."""
+        busy, total = (b - a for a, b in zip(start.cpu, end.cpu, strict=True))
+        elapsed = end.wall - start.wall
+        device_busy = None
+        if start.io_ms is not None and end.io_ms is not None and elapsed > 0:
+            device_busy = min(1.0, (end.io_ms - start.io_ms) / 1e3 / elapsed)
+        return HostUse(
+            wall_s=elapsed,
+            work_cpu_s=work_cpu_s,
+            cores=len(self.cpus),
+            cpu_busy=busy / total if total > 0 else 0.0,
+            device=self.device,
+            device_busy=device_busy,
+        )
+
+
+def combined(uses: list[HostUse]) -> HostUse:
+    """Several timed regions as one: times and CPU seconds added, busy shares weighted by each region's length."""
+    wall = sum(use.wall_s for use in uses)
+    known = [use for use in uses if use.device_busy is not None]
+    known_wall = sum(use.wall_s for use in known)
+    return HostUse(
+        wall_s=wall,
+        work_cpu_s=sum(use.work_cpu_s for use in uses),
+        cores=max(use.cores for use in uses),
+        cpu_busy=sum(use.cpu_busy * use.wall_s for use in uses) / wall if wall > 0 else 0.0,
+        device=uses[0].device,
+        device_busy=sum(use.device_busy * use.wall_s for use in known) / known_wall if known_wall > 0 else None,
+    )
+
+
+def own_cpu_s() -> float:
+    """User+system CPU seconds so far of this process (all its threads) and of its children that have ended."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system

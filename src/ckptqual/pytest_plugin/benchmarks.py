@@ -1,0 +1,161 @@
+"""pytest-benchmark's own flow, fitted to qualifying drives: autosaved runs named after the drive and its
+firmware, the odd layouts timed as a benchmark of their own, GB/s beside the times of a comparison, and a
+regression under --benchmark-compare-fail as one clear failing line (exit code 1), with the rest of the summary."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from ckptqual.pytest_plugin.run import RECORD
+
+try:
+    from pytest_benchmark.session import PerformanceRegression
+except ImportError:  # pytest-benchmark is a dependency; without it there is nothing to fit
+    PerformanceRegression = None
+
+_SESSION = pytest.StashKey[pytest.Session]()
+_SAVED = pytest.StashKey[list[dict[str, Any]]]()  # the saved runs this run is compared against
+_NOW = pytest.StashKey[dict[str, dict[str, Any]]]()  # this run's extra_info by benchmark fullname
+LAYOUTS_FIXTURE = "layout_strategy"
+# Where each benchmark keeps its rate in extra_info, first match wins, and its unit.
+RATES = (("mean_checkpoint_GBps", "GB/s"), ("throughput_GBps", "GB/s"), ("GiBps", "GiB/s"), ("slowest_ratio", "ratio"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_SESSION] = session
+
+
+def run_name(data: dict[str, Any]) -> str:
+    """'d5-p5336-fw5CV10302': the --drive name and the drive's firmware, fit for a file name."""
+    drive_file = str(data.get("settings", {}).get("thresholds_file") or "drive")
+    drive = data.get("drive", {})
+    firmware = drive.get("firmware") or next((d.get("firmware") for d in drive.get("physical", [])), None)
+    text = f"{drive_file.rsplit('/', 1)[-1].removesuffix('.toml')}-fw{firmware or 'unknown'}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
+    """Before pytest-benchmark saves: an autosaved run is named after the drive and firmware, then the commit."""
+    record = session.config.stash.get(RECORD, None)
+    benchmarks = getattr(session.config, "_benchmarksession", None)  # pytest-benchmark's session object
+    if record is not None and benchmarks is not None and benchmarks.autosave and not benchmarks.save:
+        benchmarks.autosave = f"{run_name(record.data)}_{benchmarks.autosave}"
+    return (yield)
+
+
+def pytest_benchmark_update_commit_info(config: pytest.Config, commit_info: dict[str, Any]) -> None:
+    record = config.stash.get(RECORD, None)
+    if record is not None:
+        drive = record.data.get("drive", {})
+        commit_info["ckptqual_drive"] = {key: drive.get(key) for key in ("model", "serial", "firmware")}
+        commit_info["ckptqual_run"] = run_name(record.data)
+
+
+def pytest_benchmark_compare_machine_info(config: pytest.Config, compared_benchmark: dict[str, Any]) -> None:
+    config.stash.setdefault(_SAVED, []).append(compared_benchmark)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_benchmark_group_stats(config: pytest.Config, benchmarks: list[dict[str, Any]], group_by: str):
+    """Keeps this run's extra_info by benchmark (a compared row carries the current extra_info, not the saved)."""
+    config.stash[_NOW] = {
+        b["fullname"]: b.get("extra_info", {}) for b in benchmarks if b.get("source") in ("NOW", None, False)
+    }
+    return (yield)
+
+
+def rate(extra_info: dict[str, Any]) -> tuple[str, float, str] | None:
+    """A benchmark's rate from its extra_info: (key, value, unit)."""
+    for key, unit in RATES:
+        if isinstance(extra_info.get(key), int | float):
+            return key, float(extra_info[key]), unit
+    return None
+
+
+def comparison_lines(saved: list[dict[str, Any]], now: dict[str, dict[str, Any]]) -> list[str]:
+    """Per saved run, each benchmark's rate then and now, and the change."""
+    lines = []
+    for run in saved:
+        info = run.get("commit_info", {})
+        lines.append(
+            f"against {info.get('ckptqual_run', 'a saved run')} (commit {str(info.get('id'))[:12]}, "
+            f"{run.get('datetime', '?')}):"
+        )
+        for bench in run.get("benchmarks", []):
+            then, current = rate(bench.get("extra_info", {})), rate(now.get(bench["fullname"], {}))
+            if then is None or current is None or then[0] != current[0]:
+                continue
+            change = f"{current[1] / then[1] - 1:+.1%}" if then[1] else "n/a"
+            lines.append(
+                f"  {bench['name']:<40} {then[1]:>10.4g} -> {current[1]:>10.4g} {then[2]:<6} {change:>8}  ({then[0]})"
+            )
+    return lines
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> Generator[None, None, None]:
+    """After pytest-benchmark's table: the rates compared; a regression it raises becomes one failing line."""
+    regression = None
+    try:
+        yield
+    except Exception as error:
+        if PerformanceRegression is None or not isinstance(error, PerformanceRegression):
+            raise
+        regression = error
+    saved = config.stash.get(_SAVED, [])
+    if saved:
+        terminalreporter.section("ckptqual benchmark comparison (rates from extra_info)")
+        for line in comparison_lines(saved, config.stash.get(_NOW, {})):
+            terminalreporter.write_line(line)
+    if regression is not None:
+        found = getattr(getattr(config, "_benchmarksession", None), "performance_regressions", [])
+        which = ", ".join(_regression_text(name, why) for name, why in found) or str(regression)
+        terminalreporter.write_line(
+            f"ckptqual: FAIL: pytest-benchmark: {len(found)} benchmark(s) regressed beyond --benchmark-compare-fail "
+            f"against the saved run: {which}",
+            red=True,
+            bold=True,
+        )
+        session = config.stash.get(_SESSION, None)
+        if session is not None and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_CHECK = re.compile(r"Field '(\w+)' has failed (\w+)RegressionCheck: ([-\d.e+]+) > ([-\d.e+]+)")
+
+
+def _regression_text(name: str, why: str) -> str:
+    """'test_fill_pass[2] mean +62.9% > 5%' from pytest-benchmark's 'Field 'mean' has failed ...' line."""
+    match = _CHECK.search(why)
+    if match is None:
+        return f"{name}: {why}"
+    field, kind, value, threshold = match.groups()
+    unit = "%" if kind == "Percentage" else " s"
+    return f"{name.split(' (')[0]} {field} +{float(value):.1f}{unit} > {float(threshold):g}{unit}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Times the odd layouts test as one pytest-benchmark round (the same layouts, drawn from the same seed, in
+    both runs), so a comparison covers them too; their ratios go into extra_info."""
+    benchmark = pyfuncitem.funcargs.get("benchmark")
+    if LAYOUTS_FIXTURE not in pyfuncitem.fixturenames or benchmark is None or benchmark.disabled:
+        return None
+    arguments = {name: pyfuncitem.funcargs[name] for name in inspect.signature(pyfuncitem.obj).parameters}
+    benchmark.pedantic(pyfuncitem.obj, kwargs=arguments, rounds=1, iterations=1, warmup_rounds=0)
+    record = pyfuncitem.config.stash.get(RECORD, None)
+    judged = [layout for layout in (record.data.get("layouts", []) if record else []) if layout.get("judged")]
+    if judged:
+        benchmark.extra_info.update(
+            slowest_ratio=min(layout["ratio"] for layout in judged),
+            ratios=[layout["ratio"] for layout in judged],
+            odd_GBps=[layout["odd_GBps"] for layout in judged],
+            examples=[layout["example"] for layout in judged],
+        )
+    return True

@@ -1,0 +1,421 @@
+"""The report's figures, drawn with matplotlib (Agg, no display) from results records alone; given several runs,
+each figure draws them side by side on the same axes, as the review compared its two SSDs."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ckptqual.limits.steady import steady_state
+from ckptqual.report.extract import Run, limit_in, limits_of, measured_cells, passes, steady_rounds
+
+_SNIA = inspect.signature(steady_state).parameters  # the rule's bounds, declared once in limits/steady.py
+_RANGE = _SNIA["max_range_fraction"].default
+_EXCURSION = _SNIA["max_slope_excursion_fraction"].default
+_STYLES = ("-", "--", ":", "-.")
+_COLORS = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7")
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """One figure of the report, or why it could not be drawn ("not recorded: ...")."""
+
+    name: str
+    title: str
+    figure: Figure | None
+    missing: str | None = None
+
+
+def _figure(width: float = 9.0, height: float = 4.2, **kwargs: Any) -> Figure:
+    figure = Figure(figsize=(width, height), layout="constrained", **kwargs)
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _bar_offsets(count: int, group: float = 0.8) -> tuple[float, list[float]]:
+    """The width of one run's bar and each run's offset within a group of `count` side by side, `group` wide."""
+    width = group / count
+    return width, [(index - (count - 1) / 2) * width for index in range(count)]
+
+
+def checkpoint_times(runs: Sequence[Run]) -> Drawn:
+    """Per-checkpoint write time (the slowest rank's) by pass, passes side by side; the limits drawn as times."""
+    name, title = "checkpoint_times", "Per-checkpoint write time by pass"
+    if not any(passes(run.data) for run in runs):
+        return Drawn(name, title, None, "no checkpoint was recorded")
+    figure = _figure()
+    axes = figure.add_subplot()
+    numbers = sorted({number for run in runs for number in passes(run.data)})
+    per_pass = {n: max(len(passes(run.data).get(n, [])) for run in runs) for n in numbers}
+    starts, position = {}, 0
+    for number in numbers:
+        starts[number] = position
+        position += per_pass[number] + 1
+    width, offsets = _bar_offsets(len(runs))
+    for index, run in enumerate(runs):
+        color = _COLORS[index % len(_COLORS)]
+        for number, checkpoints in passes(run.data).items():
+            xs = [starts[number] + i + offsets[index] for i in range(len(checkpoints))]
+            label = run.label if number == numbers[0] else None
+            axes.bar(xs, [c["seconds"] for c in checkpoints], width, color=color, label=label)
+        _time_limits(axes, run, starts, per_pass, color)
+    ticks = [starts[n] + i for n in numbers for i in range(per_pass[n])]
+    axes.set_xticks(ticks, [str(i + 1) for n in numbers for i in range(per_pass[n])])
+    for number in numbers:
+        axes.text(
+            starts[number] + (per_pass[number] - 1) / 2,
+            -0.12,
+            f"pass {number}",
+            ha="center",
+            transform=axes.get_xaxis_transform(),
+        )
+    axes.set_xlabel("checkpoint of the pass", labelpad=18)
+    axes.set_ylabel("seconds (slowest rank)")
+    axes.set_title(title)
+    axes.legend(fontsize="small")
+    return Drawn(name, title, figure)
+
+
+def _time_limits(axes: Any, run: Run, starts: dict[int, int], per_pass: dict[int, int], color: str) -> None:
+    """Each pass's limits as a time per checkpoint: seconds limits as they are, throughput minimums as the time
+    one checkpoint of the run's size takes at that rate."""
+    checkpoint_bytes = run.data.get("plan", {}).get("total_bytes", 0)
+    shown: set[str] = set()
+    for entry in run.data.get("measurements", []):
+        number = entry.get("context", {}).get("pass")
+        if number not in starts or entry.get("limit_value") is None:
+            continue
+        if entry["measurement"].startswith("fill_checkpoint_seconds"):
+            seconds = limit_in(entry, "s")
+        elif entry["measurement"].startswith("fill_") and checkpoint_bytes:
+            rate = limit_in(entry, "B/s")
+            seconds = checkpoint_bytes / rate if rate else None
+        else:
+            continue
+        if seconds is None:
+            continue
+        text = f"limit: {entry['limit']} ({entry['measurement']})"
+        left = starts[number] - 0.45
+        axes.hlines(
+            seconds,
+            left,
+            left + per_pass[number] - 0.1,
+            colors=color,
+            linestyles="--",
+            linewidth=1.2,
+            label=None if text in shown else text,
+        )
+        shown.add(text)
+
+
+def steady_window(runs: Sequence[Run]) -> Drawn:
+    """The SNIA steady-state rounds (per-checkpoint GB/s of passes 2+), the window, its mean, 90 % and 110 % of
+    the mean and the fitted line."""
+    name, title = "steady_state", "Steady state (SNIA PTS): per-checkpoint GB/s of passes 2 and later"
+    states = [(run, _last_state(run.data)) for run in runs]
+    if not any(state and state.get("mean") for _, state in states):
+        reasons = "; ".join(f"{run.label}: {(state or {}).get('reason', 'not recorded')}" for run, state in states)
+        return Drawn(name, title, None, f"no steady-state window: {reasons}")
+    figure = _figure()
+    axes = figure.add_subplot()
+    for index, (run, state) in enumerate(states):
+        color = _COLORS[index % len(_COLORS)]
+        rounds = steady_rounds(run.data)
+        verdict = "" if not state else ("STEADY" if state["reached"] else "NOT STEADY")
+        axes.plot(range(1, len(rounds) + 1), rounds, "o-", color=color, label=f"{run.label} {verdict}".rstrip())
+        if not state or not state.get("mean"):
+            continue
+        window = len(state["window"])
+        xs = list(range(len(rounds) - window + 1, len(rounds) + 1))
+        mean = state["mean"]
+        axes.axvspan(xs[0] - 0.3, xs[-1] + 0.3, color=color, alpha=0.08)
+        axes.hlines(mean, xs[0], xs[-1], colors=color, linewidth=1.5)
+        half = _RANGE / 2
+        for bound in (1 - half, 1 + half):
+            axes.hlines(mean * bound, xs[0], xs[-1], colors=color, linestyles=":", linewidth=1.2)
+        slope = _slope(state["window"])
+        centre = (xs[0] + xs[-1]) / 2
+        axes.plot(
+            [xs[0], xs[-1]],
+            [mean + slope * (xs[0] - centre), mean + slope * (xs[-1] - centre)],
+            "--",
+            color=color,
+            linewidth=1.2,
+        )
+    axes.set_xlabel("round (checkpoint of passes 2 and later)")
+    axes.set_ylabel("GB/s (1e9 B/s)")
+    axes.set_title(title, fontsize="medium")
+    note = (
+        f"window shaded; solid: mean, dotted: {1 - _RANGE / 2:.0%} and {1 + _RANGE / 2:.0%} of the mean (range "
+        f"<= {_RANGE:.0%}), dashed: fitted line (excursion <= {_EXCURSION:.0%})"
+    )
+    axes.text(0.01, 0.02, note, transform=axes.transAxes, fontsize="x-small")
+    axes.legend(fontsize="small")
+    return Drawn(name, title, figure)
+
+
+def _last_state(data: dict[str, Any]) -> dict[str, Any] | None:
+    states = data.get("steady_state") or {}
+    return states[max(states, key=int)] if states else None
+
+
+def _slope(values: Sequence[float]) -> float:
+    x_mean = (len(values) - 1) / 2
+    y_mean = sum(values) / len(values)
+    return sum((x - x_mean) * (y - y_mean) for x, y in enumerate(values)) / sum(
+        (x - x_mean) ** 2 for x in range(len(values))
+    )
+
+
+def restore_times(runs: Sequence[Run]) -> Drawn:
+    """Seconds to read each restored checkpoint back, every byte verified; the restore limit as a time."""
+    name, title = "restore", "Restore time (cold read, every byte verified)"
+    if not any(run.data.get("restore") for run in runs):
+        return Drawn(name, title, None, "no restore was recorded")
+    figure = _figure(7.0, 4.0)
+    axes = figure.add_subplot()
+    width, offsets = _bar_offsets(len(runs), min(0.8, 0.3 * len(runs)))
+    for index, run in enumerate(runs):
+        color = _COLORS[index % len(_COLORS)]
+        restored = run.data.get("restore", [])
+        xs = [i + offsets[index] for i in range(len(restored))]
+        bars = axes.bar(xs, [r["seconds"] for r in restored], width, color=color, label=run.label)
+        axes.bar_label(bars, [f"{r['GBps']:.2f} GB/s" for r in restored], fontsize="small")
+        for entry in limits_of(run.data, "restore_throughput"):
+            rate = limit_in(entry, "B/s")
+            if rate and restored:
+                seconds = restored[0]["bytes"] / rate
+                axes.axhline(seconds, color=color, linestyle="--", linewidth=1.2, label=f"limit: {entry['limit']}")
+    count = max(len(run.data.get("restore", [])) for run in runs)
+    labels = [f"checkpoint {r['checkpoint']}" for r in max((run.data.get("restore", []) for run in runs), key=len)]
+    axes.set_xticks(range(count), labels)
+    axes.set_xlim(-0.75, count - 0.25)
+    axes.set_ylabel("seconds (slowest rank)")
+    axes.set_title(title)
+    axes.legend(fontsize="small")
+    return Drawn(name, title, figure)
+
+
+def _transfers(runs: Sequence[Run]) -> list[str]:
+    return list(dict.fromkeys(cell["transfer"] for run in runs for cell in measured_cells(run.data)))
+
+
+def _block_sizes(runs: Sequence[Run]) -> list[str]:
+    cells = [cell for run in runs for cell in measured_cells(run.data)]
+    return [size for _, size in sorted({(-cell["block_bytes"], cell["block_size"]) for cell in cells})]
+
+
+def sweep_lines(runs: Sequence[Run]) -> Drawn:
+    """Read bandwidth against thread count, one line per block size (and run), one panel per transfer type."""
+    name, title = "sweep_bandwidth", "Read sweep: bandwidth against threads"
+    transfers = _transfers(runs)
+    if not transfers:
+        return Drawn(name, title, None, _no_sweep(runs))
+    figure = _figure(5.0 * len(transfers) + 1, 4.2)
+    sizes = _block_sizes(runs)
+    for panel, transfer in enumerate(transfers):
+        axes = figure.add_subplot(1, len(transfers), panel + 1)
+        for index, run in enumerate(runs):
+            for size_index, size in enumerate(sizes):
+                cells = sorted(
+                    (c for c in measured_cells(run.data) if c["transfer"] == transfer and c["block_size"] == size),
+                    key=lambda c: c["threads"],
+                )
+                if not cells:
+                    continue
+                color = _COLORS[size_index % len(_COLORS)]
+                label = size if len(runs) == 1 else f"{size} {run.label}"
+                axes.plot(
+                    [c["threads"] for c in cells],
+                    [c["GiBps"] for c in cells],
+                    "o",
+                    linestyle=_STYLES[index % len(_STYLES)],
+                    color=color,
+                    label=label,
+                )
+                _cell_limits(axes, run, transfer, size, color)
+        threads = sorted({c["threads"] for run in runs for c in measured_cells(run.data)})
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(threads, [str(t) for t in threads])
+        axes.set_xlabel("threads (I/O depth)")
+        axes.set_ylabel("GiB/s (2^30 B/s)")
+        axes.set_title(transfer)
+        axes.set_ylim(bottom=0)
+        axes.legend(fontsize="x-small", title="block size", title_fontsize="x-small")
+    figure.suptitle(title + ("; limits marked v" if _any_cell_limit(runs) else ""))
+    return Drawn(name, title, figure)
+
+
+def _cell_limits(axes: Any, run: Run, transfer: str, size: str, color: str) -> None:
+    for entry in limits_of(run.data, "sweep_read_bandwidth"):
+        context = entry.get("context", {})
+        if context.get("transfer") == transfer and context.get("block_size") == size:
+            bound = limit_in(entry, "GiB/s")
+            if bound is not None:
+                axes.plot([context["threads"]], [bound], "v", color=color, markersize=8, alpha=0.7)
+
+
+def _any_cell_limit(runs: Sequence[Run]) -> bool:
+    return any(limits_of(run.data, "sweep_read_bandwidth") for run in runs)
+
+
+def _no_sweep(runs: Sequence[Run]) -> str:
+    engines = {transfer: why for run in runs for transfer, why in run.data.get("sweep", {}).get("engines", {}).items()}
+    if not engines:
+        return "no read sweep was recorded"
+    return "no sweep cell was measured: " + "; ".join(f"{transfer}: {why}" for transfer, why in engines.items())
+
+
+def sweep_heatmap(runs: Sequence[Run]) -> Drawn:
+    """The sweep matrix (block sizes down, threads across, GiB/s) per transfer type and run, on one color scale."""
+    name, title = "sweep_heatmap", "Read sweep matrix (GiB/s)"
+    transfers = _transfers(runs)
+    if not transfers:
+        return Drawn(name, title, None, _no_sweep(runs))
+    panels = [(run, transfer) for transfer in transfers for run in runs]
+    figure = _figure(3.6 * len(panels) + 1.2, 3.6)
+    sizes = _block_sizes(runs)
+    threads = sorted({c["threads"] for run in runs for c in measured_cells(run.data)}, reverse=True)
+    top = max(c["GiBps"] for run in runs for c in measured_cells(run.data))
+    image = None
+    for index, (run, transfer) in enumerate(panels):
+        axes = figure.add_subplot(1, len(panels), index + 1)
+        cells = {
+            (c["block_size"], c["threads"]): c["GiBps"] for c in measured_cells(run.data) if c["transfer"] == transfer
+        }
+        matrix = [[cells.get((size, t), float("nan")) for t in threads] for size in sizes]
+        image = axes.imshow(matrix, cmap="viridis", vmin=0, vmax=top, aspect="auto")
+        for row, size in enumerate(sizes):
+            for column, t in enumerate(threads):
+                value = cells.get((size, t))
+                text = "-" if value is None else f"{value:.2f}"
+                shade = "white" if value is None or value < top * 0.6 else "black"
+                axes.text(column, row, text, ha="center", va="center", color=shade, fontsize="small")
+        axes.set_xticks(range(len(threads)), [str(t) for t in threads])
+        axes.set_yticks(range(len(sizes)), sizes)
+        axes.set_xlabel("threads")
+        axes.set_title(f"{transfer}\n{run.label}" if len(runs) > 1 else transfer, fontsize="small")
+    figure.colorbar(image, ax=figure.axes, label="GiB/s", shrink=0.9)
+    figure.suptitle(title)
+    return Drawn(name, title, figure)
+
+
+def layout_ratios(runs: Sequence[Run]) -> Drawn:
+    """Each odd layout's write throughput as a ratio of its regular twin's; layouts too small to judge hatched."""
+    name, title = "layouts", "Odd shard layouts: throughput ratio to a regular layout of the same size"
+    if not any(run.data.get("layouts") for run in runs):
+        return Drawn(name, title, None, "no odd layout was recorded")
+    figure = _figure(8.0, 4.0)
+    axes = figure.add_subplot()
+    width, offsets = _bar_offsets(len(runs))
+    for index, run in enumerate(runs):
+        color = _COLORS[index % len(_COLORS)]
+        for layout in (entry for entry in run.data.get("layouts", []) if "ratio" in entry):
+            judged = layout.get("judged", False)
+            axes.bar(
+                layout["example"] + offsets[index],
+                layout["ratio"],
+                width,
+                color=color if judged else "none",
+                edgecolor=color,
+                hatch=None if judged else "//",
+                label=run.label if layout["example"] == 0 else None,
+            )
+        for entry in limits_of(run.data, "layout_throughput_ratio"):
+            bound = limit_in(entry, "ratio")
+            if bound is not None:
+                axes.axhline(bound, color=color, linestyle="--", linewidth=1.2, label=f"limit: {entry['limit']}")
+    axes.axhline(1.0, color="grey", linewidth=0.8)
+    count = max(len(run.data.get("layouts", [])) for run in runs)
+    axes.set_xticks(range(count), [str(i) for i in range(count)])
+    axes.set_xlabel("layout (hatched: under 16 MiB, verified but not judged)")
+    axes.set_ylabel("odd / regular GB/s")
+    axes.set_title(title, fontsize="medium")
+    axes.legend(fontsize="small")
+    return Drawn(name, title, figure)
+
+
+def device_timeseries(runs: Sequence[Run]) -> Drawn:
+    """The device's own counters second by second (host/sampler.py): write and read MB/s per device, CPU use and
+    memory; passes and the other phases shaded, checkpoint ends dotted, where the run recorded a time series."""
+    name, title = "timeseries", "Device counters over time"
+    recorded = [(run, run.data["timeseries"]) for run in runs if run.data.get("timeseries", {}).get("samples")]
+    if not recorded:
+        why = "; ".join(
+            f"{run.label}: {run.data.get('timeseries', {}).get('unavailable', 'the results hold no time series')}"
+            for run in runs
+        )
+        return Drawn(name, title, None, f"not recorded: {why}")
+    figure = _figure(10.0, 9.0)
+    panels = [figure.add_subplot(4, 1, 1)]
+    panels += [figure.add_subplot(4, 1, row, sharex=panels[0]) for row in (2, 3, 4)]
+    write_axes, read_axes, cpu_axes, memory_axes = panels
+    for index, (run, series) in enumerate(recorded):
+        color = _COLORS[index % len(_COLORS)]
+        samples = series["samples"]
+        times = [s["t_s"] for s in samples]
+        for device_index, device in enumerate(series.get("devices") or _devices(samples)):
+            style = _STYLES[device_index % len(_STYLES)]
+            label = f"{run.label} {device}" if len(recorded) > 1 else device
+            for axes, key in ((write_axes, "write_MBps"), (read_axes, "read_MBps")):
+                values = [s.get("devices", {}).get(device, {}).get(key, math.nan) for s in samples]
+                axes.plot(times, values, linestyle=style, color=color, linewidth=1, label=label)
+        prefix = f"{run.label} " if len(recorded) > 1 else ""
+        for key, style, text in (("cpu_busy", "-", "busy"), ("cpu_iowait", ":", "iowait")):
+            values = [100 * s[key] if s.get(key) is not None else math.nan for s in samples]
+            cpu_axes.plot(times, values, linestyle=style, color=color, linewidth=1, label=prefix + text)
+        for key, style, text in (("mem_used_bytes", "-", "used"), ("dirty_bytes", ":", "dirty")):
+            values = [s[key] / 1e9 if s.get(key) is not None else math.nan for s in samples]
+            memory_axes.plot(times, values, linestyle=style, color=color, linewidth=1, label=prefix + text)
+        _marks(panels, series.get("marks", []), color, shade=len(recorded) == 1)
+    for axes, text in zip(panels, ("write MB/s", "read MB/s", "CPU %", "memory GB"), strict=True):
+        axes.set_ylabel(text)
+        axes.legend(fontsize="x-small", loc="upper right")
+    memory_axes.set_xlabel("seconds since sampling began")
+    write_axes.set_title(title + " (phases shaded, checkpoint ends dotted)")
+    return Drawn(name, title, figure)
+
+
+def _devices(samples: Sequence[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(device for sample in samples for device in sample.get("devices", {})))
+
+
+_PHASE_COLORS = {"pass": "C0", "baseline": "grey", "restore": "C2"}
+
+
+def _marks(panels: Sequence[Any], marks: Sequence[dict[str, Any]], color: str, shade: bool) -> None:
+    """Passes, the baseline and the restore as shaded spans (for a single run), checkpoint ends as dotted lines."""
+    for mark in marks:
+        event = mark.get("event")
+        if event == "checkpoint":
+            for axes in panels[:2]:
+                axes.axvline(mark["t_s"], color=color, linestyle=":", linewidth=0.7)
+        elif shade and event in _PHASE_COLORS and mark.get("start_s") is not None:
+            for axes in panels:
+                axes.axvspan(mark["start_s"], mark["end_s"], color=_PHASE_COLORS[event], alpha=0.08)
+            text = f" pass {mark['pass']}" if event == "pass" else f" {event}"
+            panels[0].text(
+                mark["start_s"], 0.98, text, transform=panels[0].get_xaxis_transform(), fontsize="x-small", va="top"
+            )
+
+
+FIGURES: tuple[Callable[[Sequence[Run]], Drawn], ...] = (
+    checkpoint_times,
+    steady_window,
+    restore_times,
+    sweep_lines,
+    sweep_heatmap,
+    layout_ratios,
+    device_timeseries,
+)
+
+
+def draw_all(runs: Sequence[Run]) -> list[Drawn]:
+    """Every figure of the report, in the page's order."""
+    return [draw(runs) for draw in FIGURES]

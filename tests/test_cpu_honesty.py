@@ -1,0 +1,175 @@
+"""CPU honesty: a figure taken while the host's CPUs were saturated keeps only the verdicts its bound decides, and
+fails as INVALID with the figures otherwise; measured for real with rank processes, a busy loop on every usable CPU,
+and a drive throttled so that the ranks wait on it."""
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ckptqual.host.cpu import HostSampler, HostUse
+from ckptqual.limits.host_bound import CPU_SATURATED, decide, host_bound_reason
+from ckptqual.limits.judgement import judge
+from ckptqual.limits.limits import Limit, Outcome
+from ckptqual.limits.verdict import Findings, Overall, overall_verdict
+from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
+from ckptqual.runs.ranks import RankPool
+from suite_runs import SMALL, lenient_drive, results, run_suite
+
+THROTTLE = Path("/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device")
+
+
+def use(cpu_busy: float, work_cpu_s: float = 3.92, wall_s: float = 2.0) -> HostUse:
+    return HostUse(wall_s, work_cpu_s, 2, cpu_busy, "vda", 0.41)
+
+
+def test_a_saturated_host_is_named_with_the_figures():
+    reason = host_bound_reason(use(0.97))
+    assert reason == (
+        "host-bound: ranks used 1.96 of 2 cores, which were 97% busy (at least 90% is saturated), "
+        "the drive (vda) busy 41% of the time"
+    )
+    assert host_bound_reason(use(CPU_SATURATED - 0.01)) is None
+    assert host_bound_reason(None) is None
+
+
+def limit(measurement: str, unit: str, **bound: float) -> Limit:
+    return Limit(measurement, unit, "test", number=1, **bound)
+
+
+@pytest.mark.parametrize(
+    ("measurement", "unit", "bound", "value", "expected"),
+    [
+        ("fill_throughput", "GB/s", {"min": 2.0}, 2.5, Outcome.PASS),  # the drive is at least this fast: it passes
+        ("fill_throughput", "GB/s", {"min": 2.0}, 1.5, Outcome.INVALID),  # a faster host might have passed
+        ("fill_throughput", "GB/s", {"max": 3.0}, 2.5, Outcome.INVALID),  # the drive may be faster than the max
+        ("fill_checkpoint_seconds_max", "s", {"max": 10.0}, 8.0, Outcome.PASS),  # at most this long: it passes
+        ("fill_checkpoint_seconds_max", "s", {"max": 10.0}, 12.0, Outcome.INVALID),
+        ("layout_throughput_ratio", "ratio", {"min": 0.1}, 0.5, Outcome.INVALID),  # a ratio of two host figures
+    ],
+)
+def test_a_host_bound_figure_keeps_only_the_verdicts_its_bound_decides(measurement, unit, bound, value, expected):
+    rule = limit(measurement, unit, **bound)
+    reason = host_bound_reason(use(0.98))
+    verdict = decide(rule, rule.evaluate(value, unit), reason)
+    assert verdict.outcome is expected
+    assert reason in verdict.message
+    assert decide(rule, rule.evaluate(value, unit), None) == rule.evaluate(value, unit)
+
+
+def test_a_host_bound_failure_makes_the_run_invalid_not_unqualified():
+    rule = limit("restore_throughput", "GB/s", min=2.0)
+    judged = judge([rule], "restore_throughput", 1.2, "GB/s", {}, {}, 1.0, host_bound_reason(use(0.99)))
+    findings = Findings()
+    findings.add_judgements(judged)
+    conclusion = findings.conclusion()
+    assert conclusion.outcome is Outcome.INVALID
+    message = conclusion.message("restore")
+    assert message.startswith("restore INVALID: restore_throughput 1.2 GB/s < min 2 GB/s")
+    assert "not judged: host-bound: ranks used 1.96 of 2 cores" in message
+    test = {"subject": "restore", "outcome": str(conclusion.outcome), "message": message}
+    assert overall_verdict({"restore": test}).overall is Overall.INVALID
+    assert judged[0].to_dict()["host_bound"].startswith("host-bound:")
+
+
+def plans(ranks: int, numel: int) -> tuple[RankPlan, ...]:
+    return tuple(RankPlan(r, (FilePlan(f"rank{r}.pt", (TensorSpec("x", numel, "int8"),)),)) for r in range(ranks))
+
+
+@pytest.fixture
+def busy_cpus() -> Iterator[list[int]]:
+    """A busy loop pinned on each CPU this process may use, for the length of the test."""
+    loops = []
+    for cpu in sorted(os.sched_getaffinity(0)):
+        loop = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=lambda c=cpu: pin(c))
+        loops.append(loop)
+    time.sleep(0.5)  # let them start spinning
+    try:
+        yield [loop.pid for loop in loops]
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+
+
+def pin(cpu: int) -> None:
+    os.sched_setaffinity(0, {cpu})
+
+
+def test_ranks_on_a_saturated_host_are_caught_and_a_failed_limit_turns_invalid(tmp_path, busy_cpus):
+    with RankPool(2, seed=5, timeout_s=300, sampler=HostSampler(tmp_path)) as pool:
+        timing = pool.write_checkpoint(tmp_path, 0, plans(2, 60_000_000), "stream")
+    host = timing.host
+    assert host.cpu_busy >= CPU_SATURATED, host
+    assert 0 < host.work_cpu_s == pytest.approx(sum(r.cpu_s for r in timing.ranks))
+    assert host.cpu_s_per_GB(timing.bytes) > 0
+    reason = host_bound_reason(host)
+    assert reason.startswith(f"host-bound: ranks used {host.work_cores:.2f} of {host.cores} cores")
+    rate = timing.bytes / timing.seconds / 1e9
+    failing, passing = limit("fill_throughput", "GB/s", min=rate * 2), limit("fill_throughput", "GB/s", min=rate / 2)
+    context = {"pass": 1, "state": "fresh"}
+    for rule, expected in ((failing, "INVALID"), (passing, "PASS")):
+        [judged] = judge([rule], "fill_throughput", rate, "GB/s", context, {}, 1.0, reason)
+        assert judged.outcome == expected
+
+
+@pytest.fixture
+def throttled(loop_ext4) -> Iterator[Path]:
+    """A loop-mounted ext4 whose writes the block layer holds to 20 MB/s; skips where it cannot be throttled."""
+    mount = loop_ext4("256M")
+    numbers = subprocess.run(["findmnt", "-n", "-o", "MAJ:MIN", str(mount)], capture_output=True, text=True).stdout
+    try:
+        THROTTLE.write_text(f"{numbers.strip()} 20000000\n")
+    except OSError as error:
+        pytest.skip(f"cannot throttle the loop device here ({THROTTLE}: {error})")
+    try:
+        yield mount
+    finally:
+        THROTTLE.write_text(f"{numbers.strip()} 0\n")
+
+
+def test_ranks_waiting_on_a_slow_drive_are_not_host_bound(throttled):
+    sampler = HostSampler(throttled)
+    before = sampler.mark()
+    time.sleep(1.0)
+    background = sampler.use(before, sampler.mark(), 0.0).cpu_busy
+    if background >= 0.5:
+        pytest.skip(f"the host's CPUs were {background:.0%} busy with other work: an idle-CPU run cannot be shown")
+    with RankPool(2, seed=5, timeout_s=300, sampler=sampler) as pool:
+        timing = pool.write_checkpoint(throttled / "ckpt", 0, plans(2, 15_000_000), "stream")
+    host = timing.host
+    assert host.device.startswith("loop"), host  # the target's block device, found from its path
+    assert host.cpu_busy < CPU_SATURATED and host_bound_reason(host) is None, host
+    assert host.device_busy is not None and host.device_busy > 0.5, host  # the drive was what the ranks waited for
+    assert 0 < host.work_cores < host.cores
+
+
+IMPOSSIBLE = """
+[[limit]]
+name = "fill_throughput"
+min = 1000
+unit = "GB/s"
+source = "test: a rate no drive reaches"
+"""
+
+
+def test_the_suite_on_a_saturated_host_says_invalid_not_unqualified(tmp_path, busy_cpus):
+    drive = lenient_drive(tmp_path / "impossible.toml", "impossible drive", extra_limits=IMPOSSIBLE)
+    target, record = tmp_path / "target", tmp_path / "results.json"
+    target.mkdir()
+    done = run_suite(*SMALL, "--drive", str(drive), "--target", str(target), "--results", str(record))
+    assert done.returncode == 1, done.stdout[-3000:]
+    data = results(record)
+    assert data["verdict"]["overall"] == "INVALID", data["verdict"]
+    first = next(t for t in data["tests"].values() if t["subject"] == "pass 1")
+    assert first["outcome"] == "INVALID"
+    assert "fill_throughput" in first["message"] and "< min 1000 GB/s" in first["message"]
+    assert "not judged: host-bound: ranks used" in first["message"]
+    assert data["passes"][0]["host_bound"] and data["passes"][0]["cpu_s_per_GB"] > 0
+    lenient = [m for m in data["measurements"] if m.get("limit_value") == 0.001]
+    assert lenient and all(m["outcome"] == "PASS" and m["host_bound"] for m in lenient)  # a minimum it met stands
+    assert all(round_["cpu_s_per_GB"] > 0 for round_ in data["baseline"]["host"]["write"])

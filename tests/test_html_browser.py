@@ -1,0 +1,57 @@
+"""The report page in a real headless browser: Debian's Chromium driven by Playwright (no browser download), opened
+from a file as an attachment would be, with no console error and every figure loaded."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+
+from ckptqual.report.extract import load_run  # noqa: E402
+from ckptqual.report.figures import draw_all  # noqa: E402
+from ckptqual.report.html import write_report  # noqa: E402
+
+RESULTS = Path(__file__).parent / "data" / "results"
+CHROMIUM = os.environ.get("CKPTQUAL_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CKPTQUAL_CHROMIUM)")
+    with playwright.sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.mark.parametrize("names", [["drive-a.json"], ["drive-a.json", "drive-b.json"]], ids=["one", "two"])
+def test_the_page_renders_offline_with_every_figure(browser, names, tmp_path):
+    runs = [load_run(RESULTS / name) for name in names]
+    page_path = write_report(runs, tmp_path / "report")
+    attachment = tmp_path / "attachment.html"  # alone, away from its PNG files, as a mail attachment would be
+    attachment.write_bytes(page_path.read_bytes())
+    context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.on("requestfailed", lambda request: problems.append(f"request failed: {request.url}"))
+    page.goto(attachment.as_uri(), wait_until="load")
+    images = page.evaluate(
+        "Array.from(document.images).map(i => ({alt: i.alt, ok: i.complete && i.naturalWidth > 0,"
+        " shown: i.getBoundingClientRect().width > 0}))"
+    )
+    drawn = [d.title for d in draw_all(runs) if d.figure is not None]
+    assert [image["alt"] for image in images] == drawn
+    assert all(image["ok"] and image["shown"] for image in images), images
+    assert problems == []
+    for run in runs:
+        assert run.data["verdict"]["overall"] in page.inner_text("body")
+    page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    assert (tmp_path / "report.png").stat().st_size > 0
+    context.close()
