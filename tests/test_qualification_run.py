@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from suite_runs import REPO, SMALL, lenient_drive, run_suite
+from suite_runs import REPO, SMALL, lenient_drive, run_suite, skip_if_host_limited
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +33,7 @@ def small_run(tmp_path_factory):
         "2",
         tests=("test_fill.py", "test_restore.py"),
     )
+    skip_if_host_limited(result.stdout)
     return result, out, target
 
 
@@ -98,6 +99,7 @@ def test_benchmarks_compare_across_runs_of_different_drives(small_run, tmp_path)
         str(out / "benchmarks"),
         tests=("test_fill.py", "test_restore.py"),
     )
+    skip_if_host_limited(second.stdout)
     assert second.returncode == 0, second.stdout[-3000:]
     saved = sorted((out / "benchmarks").rglob("*.json"))
     assert len(saved) == 2
