@@ -173,6 +173,22 @@ class Failing(Watching):
         return pending
 
 
+def run_cell_bounded(reader, cell: Cell, timeout_s: float = 60) -> tuple[bool, list[BaseException]]:
+    """Runs one cell in a thread: (whether it still runs after `timeout_s`, what it raised)."""
+    outcome: list[BaseException] = []
+
+    def drive():
+        try:
+            run_cell(reader, cell, [0, 0], M)
+        except BaseException as error:
+            outcome.append(error)
+
+    worker = threading.Thread(target=drive)
+    worker.start()
+    worker.join(timeout=timeout_s)
+    return worker.is_alive(), outcome
+
+
 @pytest.mark.parametrize(
     ("refuse", "short", "message"), [(2 * 64 * K, -1, "could not submit"), (-1, 64 * K, "read 32768")]
 )
@@ -184,20 +200,10 @@ def test_a_failing_read_fails_the_cell_and_the_other_jobs_finish(tmp_path, refus
     inner = PosixReader()
     inner.open(run.files.paths, read_shape(cell))
     failing = Failing(inner, cell.slots, refuse, short)
-    outcome: list[BaseException] = []
-
-    def drive():
-        try:
-            run_cell(failing, cell, [0, 0], M)
-        except BaseException as error:
-            outcome.append(error)
-
-    worker = threading.Thread(target=drive)
-    worker.start()
-    worker.join(timeout=60)
+    hung, outcome = run_cell_bounded(failing, cell)
     inner.close()
     run.close()
-    assert not worker.is_alive(), "the cell hung after a failed read"
+    assert not hung, "the cell hung after a failed read"
     assert len(outcome) == 1 and isinstance(outcome[0], ReadError) and message in str(outcome[0])
     assert failing.in_flight == 0  # every read that started was collected
 
@@ -519,20 +525,10 @@ def test_a_failing_read_in_the_engines_own_loop_fails_the_cell_without_a_hang(tm
     reader = PosixReader()
     reader.open(run.files.paths, read_shape(cell))
     monkeypatch.setattr(os, "preadv", PreadSpy(run.files.paths, 64 * K, cell.slots, fail=(1, 5 * 64 * K, kind)))
-    outcome: list[BaseException] = []
-
-    def drive():
-        try:
-            run_cell(reader, cell, [0, 0], M)
-        except BaseException as error:
-            outcome.append(error)
-
-    worker = threading.Thread(target=drive)
-    worker.start()
-    worker.join(timeout=60)
+    hung, outcome = run_cell_bounded(reader, cell)
     monkeypatch.undo()
     reader.close()
     run.close()
-    assert not worker.is_alive(), "the cell hung after a failed read"
+    assert not hung, "the cell hung after a failed read"
     assert len(outcome) == 1 and isinstance(outcome[0], ReadError)
     assert str(outcome[0]).startswith(f"job 1 offset {5 * 64 * K}: ") and message in str(outcome[0])
