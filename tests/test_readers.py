@@ -173,6 +173,17 @@ class Failing(Watching):
         return pending
 
 
+def opened_posix_cell(tmp_path: Path, threads: int, requests_per_job: int) -> tuple[SweepRun, Cell, PosixReader]:
+    """Two 1 MiB sweep files written, a 64K cpu-only cell over them, and the POSIX engine opened for it."""
+    config = SweepConfig(block_sizes_bytes=(64 * K,), threads=(threads,), jobs=2, batch=4, file_bytes=M)
+    run = SweepRun(config, tmp_path / "sweep", seed=1, host=NO_DRIVER)
+    run.files.write()
+    cell = Cell("cpu-only", 64 * K, threads, jobs=2, batch=4, requests_per_job=requests_per_job)
+    reader = PosixReader()
+    reader.open(run.files.paths, read_shape(cell))
+    return run, cell, reader
+
+
 def run_cell_bounded(reader, cell: Cell, timeout_s: float = 60) -> tuple[bool, list[BaseException]]:
     """Runs one cell in a thread: (whether it still runs after `timeout_s`, what it raised)."""
     outcome: list[BaseException] = []
@@ -193,12 +204,7 @@ def run_cell_bounded(reader, cell: Cell, timeout_s: float = 60) -> tuple[bool, l
     ("refuse", "short", "message"), [(2 * 64 * K, -1, "could not submit"), (-1, 64 * K, "read 32768")]
 )
 def test_a_failing_read_fails_the_cell_and_the_other_jobs_finish(tmp_path, refuse, short, message):
-    config = SweepConfig(block_sizes_bytes=(64 * K,), threads=(1,), jobs=2, batch=4, file_bytes=M)
-    run = SweepRun(config, tmp_path / "sweep", seed=1, host=NO_DRIVER)
-    run.files.write()
-    cell = Cell("cpu-only", 64 * K, 1, jobs=2, batch=4, requests_per_job=8)
-    inner = PosixReader()
-    inner.open(run.files.paths, read_shape(cell))
+    run, cell, inner = opened_posix_cell(tmp_path, threads=1, requests_per_job=8)
     failing = Failing(inner, cell.slots, refuse, short)
     hung, outcome = run_cell_bounded(failing, cell)
     inner.close()
@@ -518,12 +524,7 @@ def test_the_engines_own_loop_keeps_depth_batches_and_checks_every_block(tmp_pat
 
 @pytest.mark.parametrize(("kind", "message"), [("error", "Input/output error (test)"), ("short", "read 0 of 65536")])
 def test_a_failing_read_in_the_engines_own_loop_fails_the_cell_without_a_hang(tmp_path, monkeypatch, kind, message):
-    config = SweepConfig(block_sizes_bytes=(64 * K,), threads=(4,), jobs=2, batch=4, file_bytes=M)
-    run = SweepRun(config, tmp_path / "sweep", seed=1, host=NO_DRIVER)
-    run.files.write()
-    cell = Cell("cpu-only", 64 * K, 4, jobs=2, batch=4, requests_per_job=12)
-    reader = PosixReader()
-    reader.open(run.files.paths, read_shape(cell))
+    run, cell, reader = opened_posix_cell(tmp_path, threads=4, requests_per_job=12)
     monkeypatch.setattr(os, "preadv", PreadSpy(run.files.paths, 64 * K, cell.slots, fail=(1, 5 * 64 * K, kind)))
     hung, outcome = run_cell_bounded(reader, cell)
     monkeypatch.undo()
