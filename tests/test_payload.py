@@ -6,9 +6,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from ckptqual.io.payload import (
     BLOCK_BYTES,
+    COUNTER_BLOCKS_MAX_BYTES,
     HEADER_BYTES,
     BlockId,
     Mismatch,
@@ -63,6 +65,33 @@ def test_generation_is_deterministic_and_chunking_does_not_matter(generator):
         generator.expected(6 * BLOCK_BYTES + 123, 4, 2, 1, 3, 4 * BLOCK_BYTES),
     ]
     assert np.array_equal(whole, np.concatenate(parts))
+
+
+def test_small_pieces_from_counter_blocks_equal_the_ctr_stream_of_large_ones(generator):
+    """Pieces up to COUNTER_BLOCKS_MAX_BYTES take their keystream from ECB over counter blocks, larger ones from a
+    CTR context: any split of a tensor gives the same bytes, the headers included."""
+    size = 3 * COUNTER_BLOCKS_MAX_BYTES + 5 * BLOCK_BYTES + 77
+    whole = generator.expected(size, 6, 1, 2, 4, 3 * BLOCK_BYTES)
+    for piece in (BLOCK_BYTES, 5 * BLOCK_BYTES, COUNTER_BLOCKS_MAX_BYTES):
+        parts = [
+            generator.expected(min(piece, size - start), 6, 1, 2, 4, 3 * BLOCK_BYTES + start)
+            for start in range(0, size, piece)
+        ]
+        assert np.array_equal(whole, np.concatenate(parts)), piece
+
+
+def test_the_keystream_is_aes_ctr_from_the_blocks_counter(generator):
+    """Past its 32-byte header a block is AES-128-CTR keystream counted from the block's index x 256 (the format
+    that earlier runs wrote and any reader can recompute), for small and large pieces alike."""
+    key = hashlib.blake2b((2025).to_bytes(4, "little"), digest_size=16, person=b"ckptqual-key").digest()
+    fields = b"".join(value.to_bytes(4, "little") for value in (2025, 6, 1, 2, 4))
+    stream = int.from_bytes(hashlib.blake2b(fields, digest_size=8, person=b"ckptqual-stream").digest(), "big")
+    for blocks in (1, 2 * COUNTER_BLOCKS_MAX_BYTES // BLOCK_BYTES):
+        counter = stream << 64 | 3 * BLOCK_BYTES // 16
+        reference = Cipher(algorithms.AES(key), modes.CTR(counter.to_bytes(16, "big"))).encryptor()
+        expected = np.frombuffer(reference.update(bytes(blocks * BLOCK_BYTES)), np.uint8).reshape(blocks, -1)
+        found = generator.expected(blocks * BLOCK_BYTES, 6, 1, 2, 4, 3 * BLOCK_BYTES).reshape(blocks, -1)
+        assert np.array_equal(found[:, HEADER_BYTES:], expected[:, HEADER_BYTES:])
 
 
 def test_header_describes_the_block(generator):

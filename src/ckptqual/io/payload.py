@@ -28,6 +28,10 @@ MIN_ZERO_RUN_BYTES = 16  # a shorter run of zeros is a corrupted value, not a ze
 _AES_BYTES = 16
 _COUNTERS_PER_BLOCK = BLOCK_BYTES // _AES_BYTES
 _ZEROS = np.zeros(1 << 20, dtype=np.uint8)  # keystream = AES-CTR over zeros, fed from this in 1 MiB pieces
+# Up to this many bytes, the keystream is AES-ECB over the counter blocks under one reused context (the same bytes
+# as CTR mode): a CTR context per call costs more than the AES of a small piece.
+COUNTER_BLOCKS_MAX_BYTES = 64 << 10
+_XOR_AS_INTEGER_MAX_BYTES = 512
 _header_contexts = threading.local()  # cipher contexts are not shared between threads
 _memcmp = ctypes.CDLL(None).memcmp
 _memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
@@ -60,39 +64,41 @@ def _header_cipher() -> tuple[CipherContext, CipherContext]:
     return _header_contexts.pair
 
 
-def _ecb(context: CipherContext, blocks: np.ndarray) -> np.ndarray:
-    """AES-ECB over an (n, 16) uint8 array of AES blocks."""
-    return np.frombuffer(context.update(np.ascontiguousarray(blocks)), dtype=np.uint8).reshape(blocks.shape)
+def _xor(a: bytes, b: bytes) -> bytes:
+    """Bytewise XOR of two equally long byte strings of whole AES blocks: one big-integer operation for a few
+    headers, numpy for many (the integer's conversions grow quadratically)."""
+    if len(a) <= _XOR_AS_INTEGER_MAX_BYTES:
+        return (int.from_bytes(a, "little") ^ int.from_bytes(b, "little")).to_bytes(len(a), "little")
+    return (np.frombuffer(a, np.uint64) ^ np.frombuffer(b, np.uint64)).tobytes()
 
 
-def _seal_headers(plain: np.ndarray) -> np.ndarray:
-    """Encrypts (n, 32) plaintext headers: CBC forward then backward, so every byte depends on every field."""
+def _seal_headers(first: bytes, second: bytes) -> tuple[bytes, bytes]:
+    """Encrypts n plaintext headers, given as their first and second 16-byte halves (each n x 16 bytes): CBC
+    forward then backward, so every byte depends on every field. Returns the sealed halves."""
     encrypt, _ = _header_cipher()
-    first, second = plain[:, :_AES_BYTES], plain[:, _AES_BYTES:]
-    c1 = _ecb(encrypt, first)
-    c2 = _ecb(encrypt, second ^ c1)
-    d2 = _ecb(encrypt, c2)
-    d1 = _ecb(encrypt, c1 ^ d2)
-    return np.concatenate((d1, d2), axis=1)
+    c1 = encrypt.update(first)
+    c2 = encrypt.update(_xor(second, c1))
+    d2 = encrypt.update(c2)
+    return encrypt.update(_xor(c1, d2)), d2
 
 
-def _open_header(sealed: np.ndarray) -> np.ndarray:
+def _open_header(sealed: bytes) -> bytes:
     """Inverse of _seal_headers for one 32-byte header."""
     _, decrypt = _header_cipher()
-    d1, d2 = sealed[None, :_AES_BYTES], sealed[None, _AES_BYTES:HEADER_BYTES]
-    c2 = _ecb(decrypt, d2)
-    c1 = _ecb(decrypt, d1) ^ d2
-    return np.concatenate((_ecb(decrypt, c1), _ecb(decrypt, c2) ^ c1), axis=1)[0]
+    d1, d2 = sealed[:_AES_BYTES], sealed[_AES_BYTES:HEADER_BYTES]
+    c2 = decrypt.update(d2)
+    c1 = _xor(decrypt.update(d1), d2)
+    return decrypt.update(c1) + _xor(decrypt.update(c2), c1)
 
 
-def _plain_headers(block_id: BlockId, first_block: int, count: int) -> np.ndarray:
-    """Plaintext headers of `count` blocks from `first_block`: varying fields (offset, tensor, file) first."""
-    words = np.empty((count, 4), dtype="<u8")
-    words[:, 0] = np.arange(first_block, first_block + count, dtype=np.uint64) * np.uint64(BLOCK_BYTES)
-    words[:, 1] = int(block_id.tensor) | int(block_id.file) << 32
-    words[:, 2] = int(block_id.rank) | int(block_id.checkpoint) << 32
-    words[:, 3] = int(block_id.seed) | MAGIC << 32
-    return words.view(np.uint8)
+def _plain_headers(block_id: BlockId, first_block: int, count: int) -> tuple[bytes, bytes]:
+    """Plaintext headers of `count` blocks from `first_block`, as their two halves: the varying fields (offset,
+    tensor, file) first, then rank, checkpoint, seed and the magic number."""
+    first = np.empty((count, 2), dtype="<u8")
+    first[:, 0] = np.arange(first_block, first_block + count, dtype=np.uint64) * np.uint64(BLOCK_BYTES)
+    first[:, 1] = int(block_id.tensor) | int(block_id.file) << 32
+    second = struct.pack("<2Q", block_id.rank | block_id.checkpoint << 32, block_id.seed | MAGIC << 32)
+    return first.tobytes(), second * count
 
 
 def _check_field(name: str, value: int) -> None:
@@ -109,6 +115,7 @@ class PayloadGenerator:
         self._algorithm = algorithms.AES(
             hashlib.blake2b(struct.pack("<I", seed), digest_size=16, person=b"ckptqual-key").digest()
         )
+        self._contexts = threading.local()  # this thread's reused ECB context for the counter blocks
 
     def fill(self, out: np.ndarray, checkpoint: int, rank: int, file: int, tensor: int, offset: int) -> None:
         """Write the payload of tensor bytes [offset, offset + len(out)) into `out` (contiguous uint8).
@@ -127,18 +134,36 @@ class PayloadGenerator:
         (its bytes are the first bytes of the whole block: the keystream runs on and the header comes first)."""
         first_block = block_id.offset // BLOCK_BYTES
         count = -(-out.nbytes // BLOCK_BYTES)
-        stream = self._stream_id(block_id)
-        counter = stream << 64 | first_block * _COUNTERS_PER_BLOCK  # block i always starts at counter i * 256
+        self._keystream(out, self._stream_id(block_id), first_block * _COUNTERS_PER_BLOCK)
+        sealed = _seal_headers(*_plain_headers(block_id, first_block, count))
+        whole = out.nbytes // BLOCK_BYTES
+        if whole:
+            headers = out[: whole * BLOCK_BYTES].reshape(whole, BLOCK_BYTES)
+            for column, half in enumerate(sealed):
+                part = np.frombuffer(half, np.uint8, count=whole * _AES_BYTES).reshape(whole, _AES_BYTES)
+                headers[:, column * _AES_BYTES : (column + 1) * _AES_BYTES] = part
+        if whole < count:  # the last block is cut short: as many header bytes as it holds
+            tail = out[whole * BLOCK_BYTES : whole * BLOCK_BYTES + HEADER_BYTES]
+            last = b"".join(half[-_AES_BYTES:] for half in sealed)
+            tail[:] = np.frombuffer(last, np.uint8, count=tail.nbytes)
+
+    def _keystream(self, out: np.ndarray, stream: int, first_counter: int) -> None:
+        """AES-CTR keystream from the 128-bit counter `stream` << 64 | `first_counter` into `out` (block i of a
+        tensor always starts at counter i * 256, so any piece of it comes out the same)."""
+        if out.nbytes <= COUNTER_BLOCKS_MAX_BYTES:
+            count = -(-out.nbytes // _AES_BYTES)
+            counters = np.empty((count, 2), dtype=">u8")
+            counters[:, 0] = stream
+            counters[:, 1] = np.arange(first_counter, first_counter + count, dtype=np.uint64)
+            if not hasattr(self._contexts, "ecb"):
+                self._contexts.ecb = Cipher(self._algorithm, modes.ECB()).encryptor()
+            out[:] = np.frombuffer(self._contexts.ecb.update(counters.view(np.uint8)), dtype=np.uint8, count=out.nbytes)
+            return
+        counter = stream << 64 | first_counter
         keystream = Cipher(self._algorithm, modes.CTR(counter.to_bytes(16, "big"))).encryptor()
         for start in range(0, out.nbytes, _ZEROS.nbytes):
             piece = out[start : start + _ZEROS.nbytes]
             keystream.update_into(_ZEROS[: piece.nbytes], piece)
-        headers = _seal_headers(_plain_headers(block_id, first_block, count))
-        whole = out.nbytes // BLOCK_BYTES
-        out[: whole * BLOCK_BYTES].reshape(whole, BLOCK_BYTES)[:, :HEADER_BYTES] = headers[:whole]
-        if whole < count:
-            tail = out[whole * BLOCK_BYTES : whole * BLOCK_BYTES + HEADER_BYTES]
-            tail[:] = headers[whole, : tail.nbytes]
 
     @staticmethod
     def _stream_id(block_id: BlockId) -> int:
@@ -175,7 +200,7 @@ def read_header(block: np.ndarray) -> BlockId | None:
     """The identity in a block's header (from any run), or None if it has no payload header."""
     if block.nbytes < HEADER_BYTES:
         return None
-    words = _open_header(np.ascontiguousarray(block[:HEADER_BYTES], dtype=np.uint8)).view("<u8")
+    words = np.frombuffer(_open_header(np.ascontiguousarray(block[:HEADER_BYTES], dtype=np.uint8).tobytes()), "<u8")
     if int(words[3]) >> 32 != MAGIC:
         return None
     low = 0xFFFFFFFF
