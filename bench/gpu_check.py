@@ -49,7 +49,9 @@ def status(_: argparse.Namespace) -> int:
     """What the probe, cuFile and the kernel say about the GPU and GDS; the JSON line is for the tables."""
     host = gpu.probe()
     found: dict[str, Any] = host.to_dict() | {"nvidia_fs_loaded": gpu.nvidia_fs_loaded()}
-    found["transfer_problems"] = {name: host.problem(name) for name in ("gpu-direct", "cpu-gpu", "cpu-only")}
+    found["transfer_problems"] = {
+        name: host.problem(name) or host.invalid(name) for name in ("gpu-direct", "cpu-gpu", "cpu-only")
+    }
     print(f"GPU: {host.gpu_name or 'none'} ({host.gpu_count} found); CUDA driver {host.driver_version or '-'}")
     print(f"KvikIO {host.kvikio_version or '-'}, cuFile {host.cufile_version or '-'}")
     print(f"nvidia-fs: {'loaded' if found['nvidia_fs_loaded'] else 'not loaded (no /proc/driver/nvidia-fs/stats)'}")

@@ -20,6 +20,7 @@ from ckptqual.runs.sweep.cells import (
     plan_cells,
     requests_per_job,
 )
+from ckptqual.runs.sweep.driver import SweepRun
 
 K, M = 1 << 10, 1 << 20
 
@@ -222,8 +223,12 @@ def test_what_a_host_can_run():
     assert "CUDA_ERROR_NO_DEVICE" in driver_only.problem("gpu-direct")
     no_gds = HostGpu(driver_version=12090, gpu_count=1, gds_problem="cuFile reports GDS unavailable")
     assert no_gds.problem("cpu-gpu") is None
-    assert no_gds.problem("gpu-direct") == "gpu-direct needs GPUDirect Storage: cuFile reports GDS unavailable"
+    assert no_gds.problem("gpu-direct") is None  # a GPU host without GDS runs the cell, as INVALID: never skipped
+    assert no_gds.invalid("gpu-direct") == "gpu-direct needs GPUDirect Storage: cuFile reports GDS unavailable"
+    assert no_gds.invalid("cpu-gpu") is None
+    assert none.invalid("gpu-direct") is None  # no GPU at all: skipped, not INVALID
     assert HostGpu(driver_version=12090, gpu_count=1).problem("gpu-direct") is None
+    assert HostGpu(driver_version=12090, gpu_count=1).invalid("gpu-direct") is None
     no_kvikio = HostGpu(driver_version=12090, gpu_count=1, kvikio_problem="KvikIO cannot be imported")
     assert no_kvikio.cpu_only_engine == "posix"
     assert "KvikIO cannot be imported" in no_kvikio.problem("cpu-gpu")
@@ -248,3 +253,23 @@ def test_sweep_bandwidth_in_GiBps_is_judged_right_against_relative_and_absolute_
     assert absolute.outcome == "PASS"
     (below,) = judge(review.limits, "sweep_read_bandwidth", 3.77, "GiB/s", cell, {}, 1.0)
     assert below.outcome == "FAIL"
+
+
+def test_gpu_direct_on_a_gpu_host_without_gds_is_invalid_unread_and_says_why(tmp_path):
+    """A GPU host without GPUDirect Storage could only read gpu-direct cells through POSIX bounce buffers: each is
+    recorded INVALID with the reason, nothing is read for it, and the engines line says so; cpu-gpu still runs."""
+    host = HostGpu(driver_version=13000, gpu_count=1, kvikio_version="26.10", gds_problem="nvidia-fs not loaded")
+    config = SweepConfig(block_sizes_bytes=(1 << 20,), threads=(4,), transfers=("gpu-direct", "cpu-gpu"))
+    run = SweepRun(config, tmp_path / "sweep", seed=1, host=host)
+    try:
+        direct, via_host = plan_cells(config)
+        assert run.cannot_run(direct) is None and run.cannot_run(via_host) is None
+        assert run.cannot_measure(via_host) is None
+        assert run.cannot_measure(direct) == "gpu-direct needs GPUDirect Storage: nvidia-fs not loaded"
+        (cell,) = run.data["cells"]
+        assert (cell["transfer"], cell["outcome"]) == ("gpu-direct", "INVALID")
+        assert cell["invalid_reason"] == "gpu-direct needs GPUDirect Storage: nvidia-fs not loaded"
+        assert run.data["engines"]["gpu-direct"] == "INVALID: gpu-direct needs GPUDirect Storage: nvidia-fs not loaded"
+        assert not (tmp_path / "sweep").exists() or not any((tmp_path / "sweep").iterdir())  # nothing was written
+    finally:
+        run.close()

@@ -64,13 +64,20 @@ class HostGpu:
     kvikio_auto_compat: bool | None = None  # whether KvikIO's AUTO mode would fall back to POSIX
 
     def problem(self, transfer: str) -> str | None:
-        """Why this host cannot run `transfer` (None: it can)."""
+        """Why this host cannot run `transfer` at all (None: it can): no GPU, no CUDA driver or no KvikIO. The
+        transfer is then skipped, as a host without the hardware says nothing of the drive."""
         if transfer == "cpu-only":
             return None
         for problem in (self.driver_problem, self.gpu_problem, self.kvikio_problem):
             if problem:
                 return f"{transfer} needs a GPU and KvikIO: {problem}"
-        if transfer == "gpu-direct" and self.gds_problem:
+        return None
+
+    def invalid(self, transfer: str) -> str | None:
+        """Why `transfer` would not measure what it names on a host that can run it (None: it would): gpu-direct
+        on a GPU host without GPUDirect Storage could only read through POSIX bounce buffers, so its cells are
+        INVALID, never passed and never merely skipped."""
+        if transfer == "gpu-direct" and self.problem(transfer) is None and self.gds_problem:
             return f"gpu-direct needs GPUDirect Storage: {self.gds_problem}"
         return None
 

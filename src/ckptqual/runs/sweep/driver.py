@@ -93,6 +93,9 @@ class SweepRun:
         problem = self.host.problem(transfer)
         if problem:
             return f"skipped: {problem}"
+        invalid = self.host.invalid(transfer)
+        if invalid:
+            return f"INVALID: {invalid}"
         if transfer == "cpu-only":
             return self.host.cpu_only_reason
         return "KvikIO (GDS, compat mode off)" if transfer == "gpu-direct" else "KvikIO (compat mode, bounce buffers)"
@@ -103,6 +106,13 @@ class SweepRun:
         if problem:
             self._store(cell, {**cell.to_dict(), "outcome": "SKIPPED", "reason": problem})
         return problem
+
+    def cannot_measure(self, cell: Cell) -> str | None:
+        """Why `cell` would not measure its transfer type on this host (recorded as INVALID, not read), or None."""
+        invalid = self.host.invalid(cell.transfer)
+        if invalid:
+            self._store(cell, {**cell.to_dict(), "outcome": "INVALID", "invalid_reason": invalid})
+        return invalid
 
     def measure(self, cell: Cell, runner: Runner | None = None) -> CellResult:
         """Runs one cell on cold files and records it; the caller judges it."""
