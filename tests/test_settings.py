@@ -213,7 +213,10 @@ def test_pytest_help_shows_every_option_with_its_default_and_origin(tmp_path):
         assert f"{row.help_text()}" in help_text, row.name
     scale = "--scale=SCALE shrink every tensor (and the odd layouts) by this factor, 0 < S <= 1"
     assert f"{scale} (default: the drive file's [run] scale, else 1.0)" in help_text
-    assert "--target=TARGET directory on the drive under test, empty or ckptqual's own (default: a fresh" in help_text
+    assert (
+        "--target=TARGET directory on the drive under test, empty or ckptqual's own; give it several times, or once "
+        "with a file listing a drive file and a mount point per line, to qualify several drives (default: a fresh"
+    ) in help_text
 
 
 # The space check

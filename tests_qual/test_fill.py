@@ -5,7 +5,7 @@ import pytest
 from ckptqual.limits.limits import Outcome
 from ckptqual.runs.qualification import fill_measurements
 
-pytestmark = pytest.mark.qualification
+pytestmark = [pytest.mark.qualification, pytest.mark.part("fill")]
 
 
 def test_fill_pass(fill_pass, qualification, rounds_runner, benchmark, verdict, record_property):

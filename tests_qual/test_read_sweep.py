@@ -7,7 +7,7 @@ import pytest
 
 from ckptqual.limits.limits import Outcome
 
-pytestmark = pytest.mark.qualification
+pytestmark = [pytest.mark.qualification, pytest.mark.part("sweep")]
 
 
 def test_read_sweep(sweep_cell, sweep, sweep_runner, sweep_check, benchmark, verdict):

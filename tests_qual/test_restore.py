@@ -4,7 +4,7 @@ import pytest
 
 from ckptqual.limits.limits import Outcome
 
-pytestmark = pytest.mark.qualification
+pytestmark = [pytest.mark.qualification, pytest.mark.part("restore")]
 
 
 def test_restore(qualification, rounds_runner, benchmark, verdict):

@@ -9,7 +9,7 @@ from ckptqual.limits.limits import MIN_JUDGED_BYTES
 from ckptqual.plan.planfile import dump_plan
 from ckptqual.plan.strategies import describe_plan, note_plan
 
-pytestmark = pytest.mark.qualification
+pytestmark = [pytest.mark.qualification, pytest.mark.part("layouts")]
 
 
 def test_shard_layouts(qualification, layout_strategy, verdict, say):

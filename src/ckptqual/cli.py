@@ -29,6 +29,7 @@ from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.workloads import WorkloadError, available_workloads, load_workload
 from ckptqual.report.compare import CompareError, compare_runs, parse_percentage
 from ckptqual.report.extract import ResultsError, load_run
+from ckptqual.report.mlperf import runs_lines
 from ckptqual.report.terminal import report_sections, verdict_line
 
 
@@ -167,6 +168,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if any(change.regressed for change in changes) else 0
 
 
+def cmd_mlperf(args: argparse.Namespace) -> int:
+    """`ckptqual mlperf RESULTS.json [MORE.json ...]`: MLPerf Storage's checkpoint metrics per run and their mean."""
+    print(*runs_lines([load_run(Path(path)) for path in args.results]), sep="\n")
+    return 0
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    """`ckptqual node --controller HOST:PORT`, started by torchrun on every node: one rank worker of a run over several
+    nodes, serving the pytest process at HOST:PORT until it ends the run (and the process)."""
+    from ckptqual.runs.node import serve  # torch.distributed loads only for this command
+
+    serve(setting("controller").from_command_line(args.controller))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, one subparser per subcommand."""
     parser = argparse.ArgumentParser(prog="ckptqual", description=__doc__)
@@ -204,6 +219,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--metric", action="append", help="compare only metrics matching this glob, e.g. 'pass*' (repeatable)"
     )
     compare.set_defaults(func=cmd_compare)
+    node = commands.add_parser(
+        "node", help="a rank worker of a run over several nodes, started by torchrun (README: Many nodes)"
+    )
+    node.add_argument("--controller", required=True, metavar="HOST:PORT", help="the run's --controller (node 0)")
+    node.set_defaults(func=cmd_node)
+    mlperf = commands.add_parser("mlperf", help="MLPerf Storage checkpoint metrics of runs and their mean")
+    mlperf.add_argument("results", nargs="+", help="JSON files written by --results, runs of one setup")
+    mlperf.set_defaults(func=cmd_mlperf)
     return parser
 
 

@@ -153,7 +153,14 @@ def _parse(path: Path, data: dict[str, Any], table: tuple[Setting, ...]) -> Driv
         raise SettingsError(f'{path}: drive: missing section [drive]; add [drive] with name = "..."')
     drive = KeyTable(path, "drive", data["drive"], _DRIVE_KEYS, "[drive]")
     info = DriveInfo(**{key: drive.get(key, kind, required=key == "name") for key, kind in _DRIVE_KEYS.items()})
-    return DriveFile(path, info, _settings(path, data, table), _limits(path, data.get("limit", [])))
+    values, limits = _settings(path, data, table), _limits(path, data.get("limit", []))
+    relative = next((limit for limit in limits if limit.relative_to), None)
+    if relative is not None and "baseline" not in values.get("parts", ("baseline",)):
+        raise SettingsError(
+            f"{path}: limit[{relative.number}].relative_to: {relative.relative_to} is measured by the raw baseline, "
+            f"which [run] parts leaves out; add baseline to parts or give an absolute limit"
+        )
+    return DriveFile(path, info, values, limits)
 
 
 def available_drives() -> list[str]:

@@ -9,11 +9,12 @@ import resource
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ckptqual.config.drive_file import DriveFile, load_drive_file
+from ckptqual.config.drives import DriveTarget, per_drive_path
 from ckptqual.config.table import COMMAND_LINE, DEFAULT, SETTINGS, Setting, overlay, setting
 from ckptqual.config.values import SettingsError
 from ckptqual.faults import os_error_line
@@ -35,6 +36,11 @@ _MEMORY_SHARE = 0.5
 _RUN_PATH_BYTES = 100
 _PRECEDENCE = {COMMAND_LINE: 0, DEFAULT: 2}  # a drive file's path ranks 1
 Options = dict[str, Any]  # command-line values by setting name; None or absent: not given
+
+
+class TargetProblem(SettingsError):
+    """A problem of the target, not of the options (refused, too small): in a run over several drives it fails
+    only that drive's tests."""
 
 
 def _default(name: str) -> Any:
@@ -84,6 +90,8 @@ class RunSettings:
     sweep: SweepConfig
     values: Mapping[str, Any]
     sources: Mapping[str, str]  # setting -> "command line", the drive file's path, or "default"
+    label: str | None = None  # the drive's label in a run over several drives (config.drives)
+    drives_at_once: int = 1  # drives qualified at the same time on this host, sharing its cores
 
     def __getattr__(self, name: str) -> Any:
         values = self.__dict__.get("values", {})
@@ -109,6 +117,7 @@ class RunSettings:
             "sources": dict(self.sources),
             "fsync": True,
             "direct_io": False,
+            **({"drive_label": self.label, "drives_at_once": self.drives_at_once} if self.label else {}),
         }
 
 
@@ -129,6 +138,22 @@ def resolve_settings(options: Mapping[str, Any], table: Iterable[Setting] = SETT
     values["layout_max_total_bytes"] = _layout_bytes(values, sources, drive_file)
     layout_plan = _layout_plan(values["layout_plan"], len(plan.ranks), space_path(values))
     return RunSettings(drive_file, workload, plan, layout_plan, _sweep(values, sources), values, sources)
+
+
+def resolve_drive(options: Options, drive: DriveTarget, at_once: int) -> tuple[RunSettings, str | None]:
+    """One drive's settings in a run over several: its target, drive file and per-drive output paths over
+    `options`; with the problem of its target (refused, as TargetProblem says), or None. A bad option still raises."""
+    own = {**options, "target": drive.target, "drive": drive.drive or options.get("drive")}
+    if options.get("results") is not None:
+        own["results"] = per_drive_path(Path(options["results"]), drive.label)
+    if options.get("report_dir") is not None:
+        own["report_dir"] = Path(options["report_dir"]) / drive.label
+    try:
+        run, problem = resolve_settings(own), None
+    except TargetProblem as refused:  # the options are checked again without the target, which is put back
+        run, problem = resolve_settings({**own, "target": None}), str(refused)
+        run = replace(run, values={**run.values, "target": drive.target})
+    return replace(run, label=drive.label, drives_at_once=at_once), problem
 
 
 def space_path(values: Mapping[str, Any]) -> Path:
@@ -156,7 +181,7 @@ def _check_target_and_results(values: Mapping[str, Any]) -> None:
     target = values["target"]
     problems = check_target(target) if target is not None else []
     if problems:
-        raise SettingsError(f"--target: {problems[0]}")
+        raise TargetProblem(f"--target: {problems[0]}")
     if values["results"] is not None:
         _check_results(values["results"], target)
 
@@ -178,11 +203,16 @@ def _checkpoints_per_pass(values: Mapping[str, Any], sources: Mapping[str, str],
 
 
 def _check_host(plan: CheckpointPlan, values: Mapping[str, Any]) -> None:
-    """The plan's ranks must fit this host, and its file names the target's filesystem."""
-    capacity = host_rank_capacity()
-    if len(plan.ranks) > capacity:
+    """The plan's ranks must split evenly over the nodes (--nodes) and each node's share fit this host, and its file
+    names the target's filesystem."""
+    nodes, ranks = values["nodes"], len(plan.ranks)
+    if ranks % nodes or (nodes > 1 and values["controller"] is None):
+        fix = f"use a number that divides {ranks}" if ranks % nodes else "give --controller HOST:PORT (this host's)"
+        raise SettingsError(f"--nodes {nodes}: the workload has {ranks} ranks, {ranks / nodes:g} per node; {fix}")
+    capacity, share = host_rank_capacity(), f"{ranks // nodes} ranks{' per node' if nodes > 1 else ''}"
+    if ranks // nodes > capacity:
         raise SettingsError(
-            f"--workload {values['workload']}: {len(plan.ranks)} ranks, but this host can run at most {capacity} "
+            f"--workload {values['workload']}: {share}, but this host can run at most {capacity} "
             f"({_available_memory_bytes() / 1e9:,.1f} GB of memory available, about {RANK_MEMORY_BYTES >> 20} MiB "
             f"per rank, {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} open files); use a -subset workload "
             f"(8 ranks), or spread the ranks over several nodes"

@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from ckptqual.config.run_settings import RunSettings, resolve_settings
+from ckptqual.config.run_settings import RunSettings, TargetProblem, resolve_settings
 from ckptqual.config.table import COMMAND_LINE, setting
 from ckptqual.config.values import SettingsError
 from ckptqual.host.target import describe_leftovers
@@ -39,10 +39,11 @@ class SpaceNeed:
 
 
 def space_needed(run: RunSettings, parts: set[str]) -> SpaceNeed:
-    """What `run` writes, counting only `parts` (of PARTS) besides the baseline, which always runs."""
+    """What `run` writes, counting only `parts` (of PARTS) besides the baseline, which runs unless the drive file's
+    [run] parts leaves it out."""
     layout_bytes = checkpoint_footprint_bytes(run.layout_plan) if run.layout_plan else run.layout_max_total_bytes
     return SpaceNeed(
-        baseline=run.baseline_bytes,
+        baseline=run.baseline_bytes if "baseline" in run.parts else 0,
         fill=run.checkpoints_per_pass * checkpoint_footprint_bytes(run.plan) if "fill" in parts else 0,
         sweep=run.sweep.files_bytes if "sweep" in parts else 0,
         layouts=2 * layout_bytes if "layouts" in parts else 0,
@@ -50,12 +51,13 @@ def space_needed(run: RunSettings, parts: set[str]) -> SpaceNeed:
 
 
 def check_space(run: RunSettings, parts: set[str], free_bytes: int | None = None) -> None:
-    """Raises one SettingsError, with need and free space per part and a fix, unless `parts` fit the target."""
+    """Raises one TargetProblem (a SettingsError), with need and free space per part and a fix, unless `parts` fit
+    the target."""
     free = shutil.disk_usage(run.space_path).free if free_bytes is None else free_bytes
     need = space_needed(run, parts)
     if need.total <= free:
         return
-    raise SettingsError(
+    raise TargetProblem(
         f"--target {run.space_path}: the run needs {_gb(need.total)} but the target has {_gb(free)} free "
         f"({_parts_text(run, need)}); {_advice(run, parts, free)}" + _leftovers_text(run)
     )
@@ -153,7 +155,7 @@ def _gb(nbytes: int) -> str:
 
 def _parts_text(run: RunSettings, need: SpaceNeed) -> str:
     per_checkpoint = checkpoint_footprint_bytes(run.plan)
-    parts = [f"raw baseline {_gb(need.baseline)}, alone first"]
+    parts = [f"raw baseline {_gb(need.baseline)}, alone first"] if need.baseline else []
     if need.fill:
         parts.append(f"fill {_gb(need.fill)}: {run.checkpoints_per_pass} checkpoints of {_gb(per_checkpoint)}")
     if need.sweep:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptqual.config.values import (
+    ADDRESS,
     FLAG,
     PATH,
     TEXT,
@@ -28,6 +29,7 @@ from ckptqual.io.readers import TRANSFERS
 from ckptqual.io.readers.base import ALIGN_BYTES
 
 MAX_SEED = 2**32 - 1
+PARTS = ("baseline", "fill", "restore", "sweep", "layouts")  # what a drive file's [run] parts may list
 
 
 def _engines() -> Collection[str]:
@@ -51,6 +53,7 @@ class Setting:
     help: str
     key: str | None = None  # the key in the drive file's section, where it is not `name`
     unset: str = "none"
+    many: bool = False  # the flag may be given several times: its value is then the list of what was given
 
     @property
     def file_key(self) -> str:
@@ -76,8 +79,10 @@ class Setting:
 _FILE_SIZE = size(ALIGN_BYTES)
 SETTINGS: tuple[Setting, ...] = (
     Setting("drive", "--drive", None, TEXT, "local", "drive file: a name in thresholds/ or a path to a .toml file"),
-    Setting("target", "--target", None, PATH, None, "directory on the drive under test, empty or ckptqual's own",
-            unset="a fresh directory under the system temp dir"),
+    Setting("target", "--target", None, PATH, None,
+            "directory on the drive under test, empty or ckptqual's own; give it several times, or once with a file "
+            "listing a drive file and a mount point per line, to qualify several drives",
+            unset="a fresh directory under the system temp dir", many=True),
     Setting("workload", "--workload", "run", TEXT, "llama3.1-405b-review",
             "workload: a name in fixtures/workloads/ or a path to a .toml file"),
     Setting("scale", "--scale", "run", fraction("scale"), "1.0",
@@ -99,7 +104,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("memory_budget_bytes", "--memory-budget", None, size(), None,
             "memory the ranks may hold together under torch-save, e.g. 32G", unset="half of the available memory"),
     Setting("seed", "--seed", None, whole(0, MAX_SEED), None, "payload seed", unset="random, recorded in the results"),
-    Setting("restore_checkpoints", "--restore-checkpoints", None, whole(1), "1",
+    Setting("restore_checkpoints", "--restore-checkpoints", "run", whole(1), "1",
             "how many of the newest checkpoints test_restore reads back"),
     Setting("sample_interval_s", "--sample-interval", None, number(lambda s: s == 0 or s >= 0.1,
             "0 (off) or a number >= 0.1 seconds, e.g. 1"),
@@ -126,6 +131,13 @@ SETTINGS: tuple[Setting, ...] = (
             "reads per sweep job per cell, at most one pass over its file"),
     Setting("sweep_transfers", "--transfer", "sweep", list_of(choice(TRANSFERS, "transfer")), ",".join(TRANSFERS),
             "read sweep transfer types; those this host cannot run are skipped with the reason", key="transfers"),
+    Setting("parts", None, "run", list_of(choice(PARTS, "part")), ",".join(PARTS),
+            "the parts of the run that run; the tests of the others are skipped, naming why"),
+    Setting("nodes", "--nodes", None, whole(1, 4096), "1",
+            "nodes whose torchrun workers share the plan's ranks, on one shared filesystem (README: Many nodes)"),
+    Setting("controller", "--controller", None, ADDRESS, None,
+            "with --nodes: HOST:PORT at which the nodes' workers reach this process, which listens on PORT",
+            unset="none; --nodes 2 or more needs it"),
 )  # fmt: skip
 
 
@@ -139,6 +151,7 @@ def add_options(add: Callable[..., Any], table: Iterable[Setting] = SETTINGS, dr
     for row in table:
         if row.flag:
             action = {"action": "store_true"} if row.kind is FLAG else {"metavar": row.flag[2:].upper()}
+            action |= {"action": "append"} if row.many else {}
             add(row.flag, dest=row.name, default=None, help=row.help_text(drive_file), **action)
 
 

@@ -80,6 +80,15 @@ FLAG = Kind(
 PATH = Kind(lambda v: isinstance(v, str | Path) and bool(str(v)), "must be a path", Path, Path)
 
 
+def _is_address(value: Any) -> bool:
+    """Whether `value` is "host:port" with a host and a port from 1 to 65535."""
+    host, _, port = value.rpartition(":") if isinstance(value, str) else ("", "", "")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
+ADDRESS = Kind(_is_address, "must be HOST:PORT with a port from 1 to 65535, e.g. 10.0.0.1:29410")
+
+
 def _bytes(value: Any) -> int | None:
     """Bytes of an integer or a size string such as '256M', or None."""
     if isinstance(value, str):

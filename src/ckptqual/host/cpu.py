@@ -140,6 +140,24 @@ def combined(uses: list[HostUse]) -> HostUse:
     )
 
 
+def at_once(uses: list[tuple[str, HostUse]]) -> HostUse:
+    """Regions that ran at the same time on several hosts (hostname, use) as one: the longest time, the CPU seconds
+    added, each host's cores counted once, and the busiest host's CPU and drive shares (so a figure is host-bound where
+    any host was saturated)."""
+    cores = {host: use.cores for host, use in uses}
+    busiest = max((use for _, use in uses), key=lambda use: use.cpu_busy)
+    drives = [use for _, use in uses if use.device_busy is not None]
+    drive = max(drives, key=lambda use: use.device_busy) if drives else busiest
+    return HostUse(
+        wall_s=max(use.wall_s for _, use in uses),
+        work_cpu_s=sum(use.work_cpu_s for _, use in uses),
+        cores=sum(cores.values()),
+        cpu_busy=busiest.cpu_busy,
+        device=drive.device,
+        device_busy=drive.device_busy,
+    )
+
+
 def own_cpu_s() -> float:
     """User+system CPU seconds so far of this process (all its threads) and of its children that have ended."""
     times = os.times()

@@ -133,3 +133,15 @@ def overall_verdict(
     reasons = [reason for verdict in _OVERALL_ORDER[:-1] for reason in by_verdict[verdict]]
     marginal = [test["message"] for test in tests.values() if test["outcome"] == Outcome.MARGINAL]
     return RunVerdict(overall, tuple(reasons + marginal))
+
+
+def combined_verdict(verdicts: Mapping[str, RunVerdict]) -> RunVerdict:
+    """The verdict of a run over several drives (label -> the drive's verdict): QUALIFIED only if every drive is,
+    else the most severe drive's; a reason per drive that is not QUALIFIED, with its first reason."""
+    worst = min((verdict.overall for verdict in verdicts.values()), key=_OVERALL_ORDER.index, default=None)
+    reasons = tuple(
+        f"{label} {verdict.overall}" + (f": {verdict.reasons[0]}" if verdict.reasons else "")
+        for label, verdict in verdicts.items()
+        if verdict.overall != Overall.QUALIFIED
+    )
+    return RunVerdict(worst or Overall.INCOMPLETE, reasons or (() if worst else ("no drive was qualified",)))

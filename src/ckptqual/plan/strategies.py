@@ -99,11 +99,12 @@ def _deepspeed_files(par: Parallelism, layers: int) -> int:
 
 
 def _deepspeed_bytes(arch: Architecture, par: Parallelism, model_bytes: int, optimizer_bytes: int) -> int:
-    """Exact plan bytes: model N + (TP-1)(2L+1)h (norms replicated over TP), optimizer 3N + 15h per writer."""
+    """Exact plan bytes: model N + (TP-1)(2L+1)h (norms replicated over TP), optimizer 3 (N // writers) + 15h per
+    writer."""
     n, h = arch.parameter_count(), arch.hidden
     writers = par.tp * par.pp if par.zero_stage == 0 else par.world_size
     model = n + (par.tp - 1) * (2 * arch.layers + 1) * h
-    return model * model_bytes + (3 * n + 15 * h * writers) * optimizer_bytes
+    return model * model_bytes + (3 * (n // writers) + 15 * h) * writers * optimizer_bytes
 
 
 def _deepspeed_fits(
@@ -213,7 +214,7 @@ class _DeepSpeedDraw:
         self.bounded(par, "dp", world // (par["tp"] * par["pp"]), often=8)
 
     def heads(self) -> None:
-        """Heads, then KV heads among its divisors that fit (hidden must be a multiple of heads / kv_heads)."""
+        """Heads, then KV heads among its divisors that fit (hidden is drawn as a multiple of heads / kv_heads)."""
         self.arch["heads"] = heads = self.draw(st.integers(1, self.bounds.max_heads))
         kv_choices = []
         for kv in (d for d in range(1, heads + 1) if heads % d == 0):

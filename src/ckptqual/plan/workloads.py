@@ -75,16 +75,11 @@ class Architecture:
             _check_int(f"model.{key}", getattr(self, key))
         if self.heads % self.kv_heads:
             raise WorkloadError(f"model.kv_heads: must divide model.heads ({self.heads}), got {self.kv_heads}")
-        if self.hidden * self.kv_heads % self.heads:
-            raise WorkloadError(
-                f"model.hidden: hidden * kv_heads / heads (the K and V width) must be whole, "
-                f"got {self.hidden} * {self.kv_heads} / {self.heads}"
-            )
 
     @property
     def kv_dim(self) -> int:
-        """d_kv = hidden / heads * kv_heads, the K and V width (whole even where hidden / heads is not)."""
-        return self.hidden * self.kv_heads // self.heads
+        """d_kv = (hidden // heads) * kv_heads, the K and V width: the head size floored, as DLIO computes it."""
+        return self.hidden // self.heads * self.kv_heads
 
     def transformer_layer(self, index: int) -> tuple[ModelTensor, ...]:
         """The six tensors of one transformer layer; the two norms are replicated over TP, the rest split."""
@@ -177,7 +172,8 @@ def deepspeed_plan(
     name: str = "deepspeed",
     description: str = "",
 ) -> CheckpointPlan:
-    """One checkpoint of a Megatron-DeepSpeed job (REFERENCE 2b), every split exact to the element."""
+    """One checkpoint of a Megatron-DeepSpeed job as DLIO lays it out (REFERENCE 2b): model tensors split exactly to
+    the element over TP (and DP under ZeRO-3), optimizer partitions of N // writers elements each."""
     _check_dtype("dtypes.model", model_dtype)
     _check_dtype("dtypes.optimizer", optimizer_dtype)
     n = arch.parameter_count()
@@ -221,12 +217,13 @@ def _model_files(arch: Architecture, par: Parallelism, rank: int, dtype: str) ->
 
 
 def _optimizer_files(arch: Architecture, par: Parallelism, rank: int, n: int, dtype: str) -> list[FilePlan]:
-    """The optimizer file of `rank`: 3 x (its share of N + 5h); ZeRO-0 shares over TP*PP, written by dp 0."""
+    """The optimizer file of `rank`: 3 x (its share of N + 5h); ZeRO-0 shares over TP*PP, written by dp 0. Every
+    writer's share is N // writers, floored as DLIO floors it (the flat optimizer partitions are equal)."""
     dp, pp, tp = par.coordinates(rank)
     mp = pp * par.tp + tp
     if par.zero_stage == 0 and dp > 0:
         return []
-    share = shard(n, par.tp * par.pp, mp) if par.zero_stage == 0 else shard(n, par.world_size, rank)
+    share = n // (par.tp * par.pp) if par.zero_stage == 0 else n // par.world_size
     numel = OPTIMIZER_STATES * (share + OPTIMIZER_EXTRA_PER_HIDDEN * arch.hidden)
     path = f"{DEEPSPEED_DIR}/zero_pp_rank_{dp}_mp_rank_{mp:02d}_optim_states.pt"
     return [FilePlan(path, (TensorSpec("optimizer.state", numel, dtype),))]

@@ -2,6 +2,7 @@
 
 pytest_plugins = [
     "ckptqual.pytest_plugin.options",
+    "ckptqual.pytest_plugin.drives",
     "ckptqual.pytest_plugin.run",
     "ckptqual.pytest_plugin.verdicts",
     "ckptqual.pytest_plugin.sweep",

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ckptqual.pytest_plugin.run import RECORD
+from ckptqual.pytest_plugin.options import DRIVE, resolved_runs
 
 try:
     from pytest_benchmark.session import PerformanceRegression
@@ -39,22 +39,35 @@ def run_name(data: dict[str, Any]) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
 
+def _records(config: pytest.Config) -> dict[str | None, dict[str, Any]]:
+    """The record of each drive begun in this process, by label (None: the run's one drive)."""
+    return {run.label: run.record.data for run in resolved_runs(config) if run.record is not None}
+
+
+def _runs_name(records: dict[str | None, dict[str, Any]]) -> str:
+    """The run's name: its drive's (run_name), or with several drives each one's after its label, joined."""
+    return "-".join((f"{label}." if label else "") + run_name(data) for label, data in records.items())[:120]
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
     """Before pytest-benchmark saves: an autosaved run is named after the drive and firmware, then the commit."""
-    record = session.config.stash.get(RECORD, None)
+    records = _records(session.config)
     benchmarks = getattr(session.config, "_benchmarksession", None)  # pytest-benchmark's session object
-    if record is not None and benchmarks is not None and benchmarks.autosave and not benchmarks.save:
-        benchmarks.autosave = f"{run_name(record.data)}_{benchmarks.autosave}"
+    if records and benchmarks is not None and benchmarks.autosave and not benchmarks.save:
+        benchmarks.autosave = f"{_runs_name(records)}_{benchmarks.autosave}"
     return (yield)
 
 
 def pytest_benchmark_update_commit_info(config: pytest.Config, commit_info: dict[str, Any]) -> None:
-    record = config.stash.get(RECORD, None)
-    if record is not None:
-        drive = record.data.get("drive", {})
-        commit_info["ckptqual_drive"] = {key: drive.get(key) for key in ("model", "serial", "firmware")}
-        commit_info["ckptqual_run"] = run_name(record.data)
+    records = _records(config)
+    if records:
+        drives = {
+            label: {key: data.get("drive", {}).get(key) for key in ("model", "serial", "firmware")}
+            for label, data in records.items()
+        }
+        commit_info["ckptqual_drive"] = drives.get(None) or drives  # by label where the run has several drives
+        commit_info["ckptqual_run"] = _runs_name(records)
 
 
 def pytest_benchmark_compare_machine_info(config: pytest.Config, compared_benchmark: dict[str, Any]) -> None:
@@ -149,7 +162,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         return None
     arguments = {name: pyfuncitem.funcargs[name] for name in inspect.signature(pyfuncitem.obj).parameters}
     benchmark.pedantic(pyfuncitem.obj, kwargs=arguments, rounds=1, iterations=1, warmup_rounds=0)
-    record = pyfuncitem.config.stash.get(RECORD, None)
+    drive = pyfuncitem.stash.get(DRIVE, None)
+    record = drive.record if drive is not None else None
     judged = [layout for layout in (record.data.get("layouts", []) if record else []) if layout.get("judged")]
     if judged:
         benchmark.extra_info.update(

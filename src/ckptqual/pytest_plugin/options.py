@@ -1,36 +1,99 @@
-"""The ckptqual options, generated from the settings table; the run's settings, resolved once; the space check."""
+"""The ckptqual options, generated from the settings table; the run's drives and each one's settings, resolved once;
+the space check."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 import pytest
 
-from ckptqual.config.run_settings import RunSettings, resolve_settings
+from ckptqual.config.drives import drive_targets
+from ckptqual.config.run_settings import RunSettings, resolve_drive, resolve_settings
 from ckptqual.config.space import check_space
 from ckptqual.config.table import SETTINGS, add_options
 from ckptqual.config.values import SettingsError
 from ckptqual.host import gpu
+from ckptqual.limits.verdict import RunVerdict
+from ckptqual.report.record import RunRecord
+from ckptqual.runs.qualification import Qualification
 
-_SETTINGS = pytest.StashKey[RunSettings | SettingsError]()
+
+@dataclass
+class DriveRun:
+    """One drive of the run: its label (None when the run has one drive), its settings and, once begun in this
+    process, its record, qualification and verdict; `problem`: why it cannot run (its target refused or too small),
+    which fails only its own tests."""
+
+    label: str | None
+    settings: RunSettings
+    problem: str | None = None
+    record: RunRecord | None = None
+    qualification: Qualification | None = None
+    verdict: RunVerdict | None = None
+
+    def begin(self) -> RunRecord:
+        """The drive's record, begun the first time it is asked for, before its run touches the target."""
+        if self.record is None:
+            self.record = RunRecord.begin(self.settings)
+        return self.record
+
+
+_DRIVES = pytest.StashKey[list[DriveRun] | SettingsError]()
+DRIVE = pytest.StashKey[DriveRun]()  # the drive a qualification test qualifies
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser.getgroup("ckptqual", "checkpoint storage qualification (ckptqual)").addoption)
 
 
-def settings(config: pytest.Config) -> RunSettings:
-    """The run's settings, resolved once; a bad option or drive file is a usage error."""
-    if _SETTINGS not in config.stash:
-        options = {row.name: config.getoption(row.name) for row in SETTINGS if row.flag}
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "part(name): the part of the run a qualification test is, of [run] parts")
+
+
+def drive_runs(config: pytest.Config) -> list[DriveRun]:
+    """The run's drives, resolved once; a bad option, drive file or target list is a usage error, and so is a
+    refused or too small target when it is the only one."""
+    if _DRIVES not in config.stash:
         try:
-            config.stash[_SETTINGS] = resolve_settings(options)
+            config.stash[_DRIVES] = _resolve(config)
         except SettingsError as error:
-            config.stash[_SETTINGS] = error
-    resolved = config.stash[_SETTINGS]
+            config.stash[_DRIVES] = error
+    resolved = config.stash[_DRIVES]
     if isinstance(resolved, SettingsError):
         raise pytest.UsageError(str(resolved))
     return resolved
+
+
+def resolved_runs(config: pytest.Config) -> list[DriveRun]:
+    """The run's drives where they were resolved without a usage error, else none (for hooks that run anyway)."""
+    resolved = config.stash.get(_DRIVES, None)
+    return resolved if isinstance(resolved, list) else []
+
+
+def _resolve(config: pytest.Config) -> list[DriveRun]:
+    options = {row.name: config.getoption(row.name) for row in SETTINGS if row.flag}
+    targets = drive_targets(options["target"], options["drive"])
+    if len(targets) == 1:
+        return [DriveRun(None, resolve_settings({**options, "target": targets[0].target,
+                                                  "drive": targets[0].drive or options["drive"]}))]  # fmt: skip
+    at_once = min(len(targets), _workers(config))
+    return [DriveRun(target.label, *resolve_drive(options, target, at_once)) for target in targets]
+
+
+def _workers(config: pytest.Config) -> int:
+    """How many pytest-xdist workers run the tests: 1 without -n."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return int(workerinput["workercount"])
+    count = config.getoption("numprocesses", None)
+    return count if isinstance(count, int) and count > 0 else 1
+
+
+def settings(config: pytest.Config) -> RunSettings:
+    """The run's settings (the first drive's, where there are several), resolved once; a bad option or drive file
+    is a usage error."""
+    return drive_runs(config)[0].settings
 
 
 def selected_parts(items: Iterable[pytest.Item], can_run: gpu.HostGpu | None = None) -> set[str]:
@@ -48,12 +111,38 @@ def selected_parts(items: Iterable[pytest.Item], can_run: gpu.HostGpu | None = N
     return parts
 
 
+def leave_out_parts(items: Iterable[pytest.Item], run: RunSettings) -> list[pytest.Item]:
+    """Marks the tests of the parts that the drive file's [run] parts leaves out as skipped, naming why; returns the
+    others."""
+    running = []
+    for item in items:
+        marker = item.get_closest_marker("part")
+        if marker is None or marker.args[0] in run.parts:
+            running.append(item)
+        else:
+            why = f"{marker.args[0]} is not among the parts this run runs ({run.sources['parts']}: [run] parts = "
+            item.add_marker(pytest.mark.skip(reason=f"{why}{', '.join(run.parts)})"))
+    return running
+
+
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what will not run
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Refuses, before any I/O, a run whose selected parts do not fit the target at once."""
+    """Skips the tests of parts the run leaves out, and refuses, before any I/O, a run whose selected parts do not
+    fit the target at once; with several drives, a drive whose target is too small fails alone (run.py)."""
     if not any(item.get_closest_marker("qualification") for item in items):
         return
-    try:
-        check_space(settings(config), selected_parts(items))
-    except SettingsError as error:
-        raise pytest.UsageError(str(error)) from None
+    runs = drive_runs(config)
+    for run in runs:
+        running = leave_out_parts([item for item in items if item.stash.get(DRIVE, runs[0]) is run], run.settings)
+        if run.problem is not None:
+            continue  # its target was refused: there is no space to check
+        try:
+            check_space(run.settings, selected_parts(running))
+        except SettingsError as error:
+            if len(runs) == 1:
+                raise pytest.UsageError(str(error)) from None
+            run.problem = str(error)
+    if len(runs) > 1:  # the drives that cannot run share nothing
+        at_once = max(1, min(sum(run.problem is None for run in runs), _workers(config)))
+        for run in runs:
+            run.settings = replace(run.settings, drives_at_once=at_once)

@@ -1,5 +1,5 @@
 """`--report-dir DIR`: the figures and the HTML page of `ckptqual report`, written at the end of the run from the
-run's record as the results JSON holds it."""
+run's record as the results JSON holds it (with several drives, one subfolder DIR/LABEL per drive)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ckptqual.pytest_plugin.options import settings
-from ckptqual.pytest_plugin.run import RECORD, say
+from ckptqual.pytest_plugin.drives import is_worker, names_the_qualification
+from ckptqual.pytest_plugin.options import drive_runs, resolved_runs
+from ckptqual.pytest_plugin.run import say
 from ckptqual.report.extract import Run
+from ckptqual.report.record import RunRecord
 
 
 def report_dir_problem(directory: Path, target: Path | None) -> str | None:
@@ -30,23 +32,37 @@ def report_dir_problem(directory: Path, target: Path | None) -> str | None:
     return None
 
 
+def _check_report_dirs(config: pytest.Config) -> None:
+    """Refuses, before the run starts, a report directory (of any drive) that cannot take the report."""
+    for run in drive_runs(config):
+        if run.settings.report_dir is not None:
+            problem = report_dir_problem(Path(run.settings.report_dir), run.settings.target)
+            if problem:
+                raise pytest.UsageError(problem)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist controller collects nothing: with several drives under -n it checks here instead."""
+    if config.getoption("numprocesses", None) and not is_worker(config) and names_the_qualification(config):
+        _check_report_dirs(config)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not any(item.get_closest_marker("qualification") for item in items) or settings(config).report_dir is None:
-        return
-    problem = report_dir_problem(Path(settings(config).report_dir), settings(config).target)
-    if problem:
-        raise pytest.UsageError(problem)
+    if any(item.get_closest_marker("qualification") for item in items):
+        _check_report_dirs(config)
 
 
 @pytest.hookimpl(trylast=True)  # after the verdict is in the record (verdicts.py)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    config = session.config
-    record = config.stash.get(RECORD, None)
-    if record is None or settings(config).report_dir is None:
-        return
-    directory = Path(settings(config).report_dir)
-    if report_dir_problem(directory, settings(config).target):
+    for run in resolved_runs(session.config):
+        if run.record is not None and run.settings.report_dir is not None:
+            _write(session.config, run.record, Path(run.settings.report_dir), run.settings.target, run.label)
+
+
+def _write(config: pytest.Config, record: RunRecord, directory: Path, target: Path | None, label: str | None) -> None:
+    """One drive's figures and page, from its record as its results file holds it."""
+    if report_dir_problem(directory, target):
         return  # refused before the run started (a usage error)
     data = json.loads(json.dumps(record.data, default=str))  # exactly what the results file holds
     try:
@@ -54,6 +70,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
         page = write_report([Run(record.path or Path("run.json"), data)], directory)
     except (OSError, ImportError) as error:
-        say(config)(f"ckptqual: the report could not be written to {directory}: {error}")
+        say(config, label)(f"ckptqual: the report could not be written to {directory}: {error}")
         return
-    say(config)(f"ckptqual: report written to {page}")
+    say(config, label)(f"ckptqual: report written to {page}")

@@ -1,4 +1,5 @@
-"""The session's qualification: its record begun at collection, the run as a fixture, progress, the summary."""
+"""The session's qualification, one per drive: its record begun at collection, the run as a fixture, progress, the
+summary."""
 
 from __future__ import annotations
 
@@ -7,61 +8,70 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Generator, Iterator
-from pathlib import Path
 
 import pytest
 
+from ckptqual.faults import RunError
 from ckptqual.plan.strategies import layouts
-from ckptqual.pytest_plugin.options import settings
+from ckptqual.pytest_plugin.drives import (
+    DRIVE_ARG,
+    INDEX,
+    drive_run,
+    group_by_drive,
+    is_worker,
+    names_the_qualification,
+    parametrize_by_drive,
+    selected_runs,
+)
+from ckptqual.pytest_plugin.options import DRIVE, drive_runs, resolved_runs
 from ckptqual.report.progress import Progress
-from ckptqual.report.record import RunRecord
 from ckptqual.report.terminal import report_sections
 from ckptqual.runs.events import Broadcast
 from ckptqual.runs.fill import StopRounds, run_rounds
 from ckptqual.runs.qualification import Qualification
 
 MARK = "qualification"
-RECORD = pytest.StashKey[RunRecord]()
-QUALIFICATION = pytest.StashKey[Qualification]()
 SUBJECT = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARK}: a check of the ckptqual qualification suite")
-    if config.getoption("numprocesses", None) and _names_the_qualification(config):
+    if config.getoption("numprocesses", None) and names_the_qualification(config) and len(drive_runs(config)) < 2:
         raise pytest.UsageError(
             "the qualification runs its own rank processes on one target; run tests_qual without -n "
-            "(xdist workers would run its tests at once and measure each other)"
+            "(xdist workers would run its tests at once and measure each other), or give --target several times "
+            "to qualify several drives at once, one worker per drive"
         )
 
 
-def _names_the_qualification(config: pytest.Config) -> bool:
-    """Whether the command line selects the qualification suite (tests_qual, or the directory above it)."""
-    for arg in config.args:
-        path = Path(arg.split("::")[0]).resolve()
-        if "tests_qual" in path.parts or (path.is_dir() and (path / "tests_qual").is_dir()):
-            return True
-    return False
-
-
+@pytest.hookimpl(tryfirst=True)  # the drive opens a test's id: test_fill_pass[nvme1-2]
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "fill_pass" in metafunc.fixturenames:
-        try:
-            passes = settings(metafunc.config).passes
-        except pytest.UsageError:
-            passes = 1  # the usage error is raised once collection is done
-        metafunc.parametrize("fill_pass", range(1, passes + 1), ids=str)
+        parametrize_by_drive(metafunc, "fill_pass", lambda run: list(range(1, run.passes + 1)), str, fallback=[1])
+    elif DRIVE_ARG in metafunc.fixturenames and "sweep_cell" not in metafunc.fixturenames:  # sweep.py does those
+        parametrize_by_drive(metafunc, None)
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Names what each qualification test judges and begins the run's record, once the selection is known."""
+    """Names what each qualification test judges and which drive it qualifies, drive after drive; the record of a
+    run over one drive is begun now, once the selection is known."""
     selected = [item for item in items if item.get_closest_marker(MARK)]
     if not selected:
         return
-    run = settings(config)
+    runs = drive_runs(config)
+    group_by_drive(items, selected, runs)
     for item in selected:
         item.stash[SUBJECT] = subject_of(item)
-    config.stash[RECORD] = RunRecord.begin(run)
+    if len(runs) == 1:
+        runs[0].begin()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """With several drives and no -n, the record of each drive with a selected test is begun now (-k may have left
+    out whole drives); an xdist worker begins a drive's record when it starts qualifying it."""
+    if len(resolved_runs(session.config)) > 1 and not is_worker(session.config):
+        for run in selected_runs(session.items):
+            run.begin()
 
 
 def subject_of(item: pytest.Item) -> str:
@@ -75,14 +85,20 @@ def subject_of(item: pytest.Item) -> str:
 
 
 @pytest.fixture(scope="session")
-def qualification(request: pytest.FixtureRequest) -> Iterator[Qualification]:
-    """The session's qualification run; closed (ranks stopped, target cleaned, record finished) at the end."""
+def qualification(request: pytest.FixtureRequest, ckptqual_drive: str | None) -> Iterator[Qualification]:
+    """The drive's qualification run; closed (ranks stopped, target cleaned, record finished) at the end, or before
+    the next drive's starts. A drive whose target was refused or is too small fails each of its tests with why."""
     config = request.config
+    drive = drive_run(config, ckptqual_drive)
+    record = drive.begin()
+    if drive.problem:
+        raise RunError(drive.problem, "not-run")
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        run = settings(config)
-        qual = Qualification(run, Broadcast(config.stash[RECORD], Progress(run, say(config), redraw(config))))
-        config.stash[QUALIFICATION] = qual
+        run = drive.settings
+        live = redraw(config) if drive.label is None else None  # one live line, not one per drive
+        qual = Qualification(run, Broadcast(record, Progress(run, say(config, drive.label), live)))
+        drive.qualification = qual
         try:
             yield qual
         finally:
@@ -96,18 +112,23 @@ def _terminate(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
-def say(config: pytest.Config) -> Callable[[str], None]:
-    """Prints a progress line now, even while pytest captures the test's output."""
+def say(config: pytest.Config, label: str | None = None) -> Callable[[str], None]:
+    """Prints a progress line now, even while pytest captures the test's output; with several drives, after the
+    drive's label. An xdist worker's output goes nowhere but its stderr, which is the controller's: it writes there."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     capture = config.pluginmanager.get_plugin("capturemanager")
 
     def write(line: str) -> None:
+        line = f"[{label}] {line}" if label else line
         if reporter is None:
             return
         if capture is None:
             reporter.write_line(line)
             return
         with capture.global_and_fixture_disabled():
+            if is_worker(config):
+                print(line, file=sys.stderr, flush=True)
+                return
             reporter.ensure_newline()
             reporter.write_line(line)
 
@@ -141,7 +162,8 @@ def _columns() -> int:
 @pytest.fixture(name="say")
 def say_fixture(request: pytest.FixtureRequest) -> Callable[[str], None]:
     """Prints a line of progress now, even under pytest's output capture."""
-    return say(request.config)
+    drive = request.node.stash.get(DRIVE, None)
+    return say(request.config, drive.label if drive else None)
 
 
 @pytest.fixture
@@ -169,9 +191,14 @@ def rounds_runner(benchmark) -> Callable[..., None]:
 
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
-    qual = config.stash.get(QUALIFICATION, None)
-    if qual is not None:
-        machine_info["ckptqual"] = {"drive": qual.settings.thresholds.drive.name, **qual.identity.to_dict()}
+    """The identity of the drive (of each drive, by label, where the run has several)."""
+    identities = {
+        run.label: {"drive": run.settings.thresholds.drive.name, **run.qualification.identity.to_dict()}
+        for run in resolved_runs(config)
+        if run.qualification is not None
+    }
+    if identities:
+        machine_info["ckptqual"] = identities.get(None) or {"drives": identities}
 
 
 @pytest.hookimpl(wrapper=True)
@@ -180,8 +207,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     try:
         return (yield)
     finally:
-        record = config.stash.get(RECORD, None)
-        for title, lines in report_sections(record.data) if record is not None else []:
+        runs = resolved_runs(config)
+        data = config.stash.get(INDEX, None) or (runs[0].record.data if len(runs) == 1 and runs[0].record else None)
+        for title, lines in report_sections(data) if data is not None else []:
             terminalreporter.section(title)
             for line in lines:
                 terminalreporter.write_line(line)

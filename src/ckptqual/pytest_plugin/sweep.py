@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ckptqual.config.run_settings import SweepConfig
 from ckptqual.host import gpu
 from ckptqual.limits.limits import Outcome
-from ckptqual.pytest_plugin.options import settings
+from ckptqual.pytest_plugin.drives import parametrize_by_drive
+from ckptqual.pytest_plugin.options import DRIVE
 from ckptqual.pytest_plugin.run import say
 from ckptqual.runs.qualification import Qualification
 from ckptqual.runs.sweep.cells import plan_cells
@@ -19,30 +19,28 @@ from ckptqual.runs.sweep.driver import CellResult, SweepRun
 from ckptqual.runs.sweep.files import file_names
 
 CELL_FIXTURE = "sweep_cell"
-_RUN = pytest.StashKey[SweepRun]()
+_RUNS = pytest.StashKey[dict[str | None, SweepRun]]()  # by drive label
+_CUFILE_LOG = pytest.StashKey[str]()  # where ckptqual told cuFile to log
 
 
-def sweep_config(config: pytest.Config) -> SweepConfig:
-    """The sweep's settings, resolved with the run's (a bad value is a usage error)."""
-    return settings(config).sweep
-
-
+@pytest.hookimpl(tryfirst=True)  # the drive opens a test's id: test_read_sweep[nvme1-cpu-only-1M-16]
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if CELL_FIXTURE in metafunc.fixturenames:
-        try:
-            cells = plan_cells(sweep_config(metafunc.config))
-        except pytest.UsageError:
-            cells = []  # the usage error is raised once collection is done
-        metafunc.parametrize(CELL_FIXTURE, cells, ids=[cell.id for cell in cells])
+        parametrize_by_drive(metafunc, CELL_FIXTURE, lambda run: plan_cells(run.sweep), lambda cell: cell.id)
 
 
 @pytest.fixture(scope="session")
 def sweep(qualification: Qualification, request: pytest.FixtureRequest) -> Iterator[SweepRun]:
     """The session's read sweep; its files are written before the first cell that runs and removed after the
     last (pytest_runtest_teardown), or at the end of the session."""
-    config = sweep_config(request.config)
-    # cuFile logs to ./cufile.log unless told otherwise; keep it inside the run directory (read into the record).
-    cufile_log = Path(os.environ.setdefault("CUFILE_LOGFILE_PATH", str(qualification.target.run_dir / "cufile.log")))
+    config = qualification.settings.sweep
+    # cuFile logs to ./cufile.log unless told otherwise; keep it inside the run directory (read into the record),
+    # this drive's where several are qualified one after another, unless the user set where.
+    ours = request.config.stash.get(_CUFILE_LOG, None)
+    if os.environ.get("CUFILE_LOGFILE_PATH", ours) == ours:
+        os.environ["CUFILE_LOGFILE_PATH"] = str(qualification.target.run_dir / "cufile.log")
+        request.config.stash[_CUFILE_LOG] = os.environ["CUFILE_LOGFILE_PATH"]
+    cufile_log = Path(os.environ["CUFILE_LOGFILE_PATH"])
 
     if cufile_log.parent == qualification.run_dir:
         qualification.declare(".", [cufile_log.name])
@@ -52,16 +50,16 @@ def sweep(qualification: Qualification, request: pytest.FixtureRequest) -> Itera
         qualification.run_dir / "sweep",
         seed=qualification.settings.seed,
         host=gpu.probe(),
-        say=say(request.config),
+        say=say(request.config, qualification.settings.label),
         on_change=qualification.events.sweep,
         cufile_log=cufile_log,
         run=qualification.space.call,
         sampler=qualification.pool.sampler,
     )
-    request.config.stash[_RUN] = run
+    request.config.stash.setdefault(_RUNS, {})[qualification.settings.label] = run
     qualification.events.sweep(run.data)
     for transfer, engine in run.data["engines"].items():
-        say(request.config)(f"ckptqual: read sweep {transfer}: {engine}")
+        say(request.config, qualification.settings.label)(f"ckptqual: read sweep {transfer}: {engine}")
     try:
         yield run
     finally:
@@ -107,7 +105,8 @@ def sweep_check(sweep: SweepRun, verdict, record_property) -> Callable[[CellResu
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """Removes the sweep's files once its last cell has run, before the tests that follow."""
-    run = item.config.stash.get(_RUN, None)
+    drive = item.stash.get(DRIVE, None)
+    run = item.config.stash.get(_RUNS, {}).get(drive.label if drive else None)
     if run is None or CELL_FIXTURE not in getattr(item, "fixturenames", ()):
         return
     if nextitem is None or CELL_FIXTURE not in getattr(nextitem, "fixturenames", ()):

@@ -1,23 +1,38 @@
 """Each qualification test's outcome and the run's one verdict: every test concludes with one outcome word and
 its reasons; the verdict, computed from those words, is a JUnit test case and suite property, a results field
-and the last line of the output. An interrupted run reports the test it stopped in and those it never reached."""
+and the last line of the output. An interrupted run reports the test it stopped in and those it never reached.
+With several drives each drive has its verdict (and case), and the run's is QUALIFIED only if every drive's is."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
 
 import pytest
 from _pytest.junitxml import xml_key
 from _pytest.reports import TestReport
 
 from ckptqual.faults import RunError
+from ckptqual.host.topology import shared_parents
 from ckptqual.limits.health import MEASURED as HEALTH_MEASUREMENTS
 from ckptqual.limits.health import SUBJECT as HEALTH_SUBJECT
 from ckptqual.limits.limits import Outcome
-from ckptqual.limits.verdict import Conclusion, Findings, RunVerdict, outcome_of_error, overall_verdict, unjudged_limits
-from ckptqual.pytest_plugin.options import settings
-from ckptqual.pytest_plugin.run import QUALIFICATION, RECORD, SUBJECT
+from ckptqual.limits.verdict import (
+    Conclusion,
+    Findings,
+    Overall,
+    RunVerdict,
+    combined_verdict,
+    outcome_of_error,
+    overall_verdict,
+    unjudged_limits,
+)
+from ckptqual.pytest_plugin.drives import INDEX, gathered_rows, is_worker, selected_runs, send_rows
+from ckptqual.pytest_plugin.options import DRIVE, DriveRun, resolved_runs
+from ckptqual.pytest_plugin.run import SUBJECT
+from ckptqual.report.drives import drive_row, drives_index, shared_host
 from ckptqual.report.record import RunRecord
 from ckptqual.runs.qualification import Qualification
 
@@ -70,6 +85,8 @@ class TestVerdict:
             ("engine", settings.engine),
         ):
             record_property(name, value)
+        if settings.label:
+            record_property("drive_label", settings.label)
 
     def judge(self, measurements: list[tuple[str, float, str]], **context: object) -> None:
         """Judges (name, value, unit) measurements against the drive's limits and keeps them as findings."""
@@ -124,9 +141,10 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """Records each qualification test's outcome word and one-line message in the run record."""
     report = yield
-    record = item.config.stash.get(RECORD, None)
-    if record is None or SUBJECT not in item.stash:
+    drive = item.stash.get(DRIVE, None)
+    if drive is None or SUBJECT not in item.stash:
         return report
+    record = drive.begin()
     if report.when == "call" or not report.passed:
         outcome, message = _test_outcome(item, report, call)
         record.record_test(report.nodeid, item.stash[SUBJECT], outcome, message, report.when)
@@ -156,21 +174,40 @@ def _test_outcome(item: pytest.Item, report: pytest.TestReport, call: pytest.Cal
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Ends the run and gives the verdict, before the JUnit XML is written: an interrupted run closes its
-    qualification now, the tests it did not finish are reported as errors, and the verdict is a test case,
-    a suite property, a results field and the last line of the output."""
+    """Ends each drive's run and gives its verdict, before the JUnit XML is written: an interrupted run closes its
+    qualification now, the tests it did not finish are reported as errors, and the verdict is a test case, a suite
+    property, a results field and the last line of the output. With several drives an xdist worker sends its drives'
+    verdicts to the controller, which reports them all, and the run's."""
     config = session.config
-    record = config.stash.get(RECORD, None)
-    if record is None:
-        return
+    runs = [run for run in resolved_runs(config) if run.record is not None]
     interruption = _interruption(session, exitstatus)
-    qual = config.stash.get(QUALIFICATION, None)
-    if interruption and qual is not None:
-        qual.close()
+    for run in runs:
+        run.verdict = _drive_verdict(session, run, interruption)
+    if is_worker(config):
+        send_rows(config, runs, selected_runs(session.items))
+        return
+    if len(resolved_runs(config)) > 1:
+        run_verdict = _report_drives(session, resolved_runs(config))
+    elif runs:
+        run_verdict = runs[0].verdict
+        _report_health(session, runs[0].record.data.get("health", {}).get("message"))
+        _report_verdict(session, run_verdict)
+    else:
+        return
+    config.stash[_VERDICT] = run_verdict
+    if run_verdict.overall != "QUALIFIED" and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _drive_verdict(session: pytest.Session, run: DriveRun, interruption: str | None) -> RunVerdict:
+    """One drive's verdict, from its tests, the limits none judged and an interruption; kept in its record."""
+    record = run.record
+    if interruption and run.qualification is not None:
+        run.qualification.close()
     if interruption:
-        _report_unfinished(session, record, interruption)
-    _report_health(session, record)
-    thresholds = settings(config).thresholds
+        _report_unfinished(session, run, interruption)
+    _health_test(run)
+    thresholds = run.settings.thresholds
     run_verdict = overall_verdict(
         record.data["tests"], unjudged_limits(thresholds.limits, record.data["measurements"]), interruption
     )
@@ -178,10 +215,32 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         run_verdict = RunVerdict(run_verdict.overall, (*run_verdict.reasons, record.save_error))
     record.data["verdict"] = run_verdict.to_dict()
     record.save()
-    config.stash[_VERDICT] = run_verdict
+    return run_verdict
+
+
+def _report_drives(session: pytest.Session, runs: list[DriveRun]) -> RunVerdict:
+    """Every drive's verdict as a test case of its own, what they share on the host, the index of the run at
+    --results, and the run's verdict: QUALIFIED only if every drive's is."""
+    config = session.config
+    local = [run for run in runs if run.record is not None]
+    rows = [drive_row(run.label, run.record.data) for run in local] if local else gathered_rows(config, runs)
+    verdicts = {row["label"]: RunVerdict(Overall(row["verdict"]["overall"]), tuple(row["verdict"]["reasons"]))
+                for row in rows}  # fmt: skip
+    for row in rows:
+        _report_health(session, row["health"], row["label"])
+        _report_verdict(session, verdicts[row["label"]], row["label"])
+    run_verdict = combined_verdict(verdicts)
+    pcie = shared_parents({row["label"]: row["devices"] for row in rows})
+    shared = shared_host(rows, len(os.sched_getaffinity(0)), pcie)
+    index = drives_index(rows, shared, run_verdict.to_dict())
+    config.stash[INDEX] = index
+    results = config.getoption("results")
+    if results:
+        record = RunRecord(Path(results))  # its atomic save; of the rest, only the environment
+        record.data = {**index, "environment": record.data["environment"]}
+        record.save()
     _report_verdict(session, run_verdict)
-    if run_verdict.overall != "QUALIFIED" and session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    return run_verdict
 
 
 def _interruption(session: pytest.Session, exitstatus: int) -> str | None:
@@ -192,10 +251,12 @@ def _interruption(session: pytest.Session, exitstatus: int) -> str | None:
     return f"the run was interrupted by {by}" + (f" during {tracker.running}" if tracker.running else "")
 
 
-def _report_unfinished(session: pytest.Session, record: RunRecord, interruption: str) -> None:
-    """An error test case for the test that was running and for each that did not run, as the JUnit XML shows."""
+def _report_unfinished(session: pytest.Session, run: DriveRun, interruption: str) -> None:
+    """An error test case for the drive's test that was running and for each that did not run, as the JUnit XML
+    shows."""
     running = session.config.pluginmanager.get_plugin(_TRACKER).running
-    for item in session.items:
+    record = run.record
+    for item in (item for item in session.items if item.stash.get(DRIVE, None) is run):
         done = record.data["tests"].get(item.nodeid, {}).get("when") == "call"
         if item.nodeid in record.data["tests"] and (item.nodeid != running or done):
             continue
@@ -209,40 +270,46 @@ def _report_unfinished(session: pytest.Session, record: RunRecord, interruption:
         session.config.hook.pytest_runtest_logreport(report=report)
 
 
-def _report_health(session: pytest.Session, record: RunRecord) -> None:
-    """The drive's health check (taken when the run closed) as a JUnit suite property, and in the record's tests
-    where it argues for the verdict: a failure, a marginal finding, or nothing read where the drive file limits a
-    health measurement. A passed or merely unreadable check adds no test, so the counts do not depend on the host."""
+def _health_test(run: DriveRun) -> None:
+    """The drive's health check (taken when the run closed) in the record's tests where it argues for the verdict:
+    a failure, a marginal finding, or nothing read where the drive file limits a health measurement. A passed or
+    merely unreadable check adds no test, so the counts do not depend on the host."""
+    record = run.record
     check = record.data.get("health", {})
     if "outcome" not in check or HEALTH_NODEID in record.data["tests"]:
         return
-    xml = session.config.stash.get(xml_key, None)
-    if xml is not None:
-        xml.add_global_property("ckptqual.health", check["message"])
     outcome = Outcome(check["outcome"])
-    limited = any(limit.measurement in HEALTH_MEASUREMENTS for limit in settings(session.config).thresholds.limits)
+    limited = any(limit.measurement in HEALTH_MEASUREMENTS for limit in run.settings.thresholds.limits)
     if outcome is not Outcome.PASS and (outcome is not Outcome.SKIPPED or limited):
         record.record_test(HEALTH_NODEID, HEALTH_SUBJECT, outcome, check["message"], "call")
 
 
-def _report_verdict(session: pytest.Session, run_verdict: RunVerdict) -> None:
-    """The verdict as a test case of its own (GitLab and Jenkins read test cases, not properties) and as a
-    suite property of the JUnit XML."""
+def _report_health(session: pytest.Session, message: str | None, label: str | None = None) -> None:
+    """The drive's health check (its line) as a JUnit suite property: `ckptqual.health`, `ckptqual.health[LABEL]`."""
+    xml = session.config.stash.get(xml_key, None)
+    if xml is not None and message:
+        xml.add_global_property("ckptqual.health" + (f"[{label}]" if label else ""), message)
+
+
+def _report_verdict(session: pytest.Session, run_verdict: RunVerdict, label: str | None = None) -> None:
+    """The verdict (of the drive `label`, else of the run) as a test case of its own (GitLab and Jenkins read test
+    cases, not properties) and as a suite property of the JUnit XML."""
+    suffix = f"[{label}]" if label else ""
     xml = session.config.stash.get(xml_key, None)
     if xml is not None:
-        xml.add_global_property("ckptqual.limits.verdict", str(run_verdict.overall))
-        xml.add_global_property("ckptqual.limits.verdict.reasons", " | ".join(run_verdict.reasons))
+        xml.add_global_property(f"ckptqual.limits.verdict{suffix}", str(run_verdict.overall))
+        xml.add_global_property(f"ckptqual.limits.verdict{suffix}.reasons", " | ".join(run_verdict.reasons))
     qualified = run_verdict.overall == "QUALIFIED"
     report = TestReport(
-        VERDICT_NODEID,
-        ("ckptqual", None, "ckptqual verdict"),
+        VERDICT_NODEID + suffix,
+        ("ckptqual", None, f"ckptqual verdict{suffix}"),
         {},
         "passed" if qualified else "failed",
         None if qualified else run_verdict.line(),
         "call",
         [],
         0.0,
-        user_properties=[("ckptqual.limits.verdict", str(run_verdict.overall))],
+        user_properties=[(f"ckptqual.limits.verdict{suffix}", str(run_verdict.overall))],
     )
     session.config.hook.pytest_runtest_logreport(report=report)
 

@@ -16,6 +16,7 @@ from typing import Any
 from ckptqual import __version__
 from ckptqual.config.run_settings import RunSettings
 from ckptqual.faults import os_error_line
+from ckptqual.report.mlperf import mlperf_metrics
 
 
 def environment() -> dict[str, Any]:
@@ -115,7 +116,8 @@ class RunRecord:
             self.save()
 
     def finished(self, cleanup: dict[str, Any]) -> None:
-        self._set(cleanup=cleanup, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self._set(cleanup=cleanup, finished=finished, mlperf=mlperf_metrics(self.data))
 
     def _set(self, **values: Any) -> None:
         self.data.update(values)

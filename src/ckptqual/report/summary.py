@@ -1,9 +1,11 @@
 """The terminal summary of a run, drawn from its record alone: per pass, checkpoints, mean and worst seconds,
-GB/s and the test's outcome word; restore and layouts with theirs; what was left; the verdict."""
+GB/s and the test's outcome word; restore and layouts with theirs; MLPerf's metrics; what was left; the verdict."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from ckptqual.report.mlperf import mlperf_lines, mlperf_metrics
 
 
 def table(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -49,6 +51,7 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
         )
     if "restore" not in data and "restore" in outcomes:
         lines.append(f"restore: {outcomes['restore']}")
+    lines += mlperf_lines(mlperf_metrics(data)) if data.get("checkpoints") else []
     lines += _layout_line(data, outcomes)
     lines += _cpu_lines(data)
     lines += _health_lines(data.get("health", {}))

@@ -1,15 +1,19 @@
-"""The run's terminal report, drawn from the results record alone: the summary, the sweep table, the verdict."""
+"""The run's terminal report, drawn from the results record alone: the summary, the sweep table, the verdict; for
+a run over several drives, the drives side by side."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ckptqual.report.drives import drives_lines
 from ckptqual.report.summary import summary_lines
 from ckptqual.report.sweep_table import sweep_lines
 
 
 def report_sections(data: dict[str, Any]) -> list[tuple[str, list[str]]]:
     """Each section's title and lines, as pytest's terminal summary and `ckptqual summary` print them."""
+    if "drives" in data:  # the index of a run over several drives (report.drives)
+        return [("ckptqual drives", drives_lines(data))]
     sections = [("ckptqual summary", summary_lines(data))]
     if "sweep" in data:
         sections.append(("ckptqual read sweep", sweep_lines(data["sweep"])))

@@ -16,7 +16,7 @@ from ckptqual.faults import RunError
 from ckptqual.host import cache
 from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.runs import raw
-from ckptqual.runs.ranks import CheckpointTiming, RankPool
+from ckptqual.runs.ranks import CheckpointTiming, Pool
 
 
 @dataclass
@@ -54,7 +54,7 @@ class Baseline:
 
 
 def measure_baseline(
-    pool: RankPool, directory: Path, total_bytes: int, remove: Callable[[Path, str], None], repeats: int = 3
+    pool: Pool, directory: Path, total_bytes: int, remove: Callable[[Path, str], None], repeats: int = 3
 ) -> Baseline:
     """Writes then cold-reads `total_bytes` split over the ranks, `repeats` times; `remove(directory, what)`
     removes its files after each round."""

@@ -17,7 +17,7 @@ from ckptqual.faults import RunError
 from ckptqual.host.cpu import HostUse, combined
 from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.plan.model import CheckpointPlan
-from ckptqual.runs.ranks import CheckpointTiming, RankFailure, RankPool
+from ckptqual.runs.ranks import CheckpointTiming, Pool, RankFailure
 
 # Payload generation must be at least this many times faster than the checkpoint rate.
 MIN_GENERATOR_HEADROOM = 2.0
@@ -54,6 +54,7 @@ class CheckpointRecord:
     remove_s: float
     ranks: list[dict] = field(default_factory=list)
     host: HostUse | None = None
+    nodes: list[dict] = field(default_factory=list)  # per node, where the ranks ran on several (runs.cluster)
 
     @property
     def GBps(self) -> float:
@@ -83,6 +84,7 @@ class PassResult:
     checkpoints: list[CheckpointRecord] = field(default_factory=list)
     planned: int = 0  # checkpoints the pass was to write
     ended_early: str | None = None  # why it ended before `planned` (--early-stop)
+    drives_at_once: int = 1  # drives qualified at once on this host: the generator has this share of its cores
 
     @property
     def bytes(self) -> int:
@@ -127,14 +129,19 @@ class PassResult:
         return host_bound_reason(self.host)
 
     def invalid_reason(self) -> str | None:
-        """Why this pass measured the payload generator rather than the drive, if it did."""
-        if self.generated_GBps < MIN_GENERATOR_HEADROOM * self.throughput_GBps:
-            return (
-                f"payload generation was the bottleneck: generator {self.generated_GBps:.2f} GB/s is under "
-                f"{MIN_GENERATOR_HEADROOM:g}x the checkpoint rate {self.throughput_GBps:.2f} GB/s; "
-                f"use a host with more or faster cores"
-            )
-        return None
+        """Why this pass measured the payload generator rather than the drive, if it did; with several drives at
+        once, the generator has only this drive's share of the host's cores."""
+        drives = self.drives_at_once
+        share = self.generated_GBps / drives
+        if share >= MIN_GENERATOR_HEADROOM * self.throughput_GBps:
+            return None
+        return (
+            f"payload generation was the bottleneck: generator {share:.2f} GB/s"
+            + (f" on 1/{drives} of the cores ({drives} drives at once)" if drives > 1 else "")
+            + f" is under {MIN_GENERATOR_HEADROOM:g}x the checkpoint rate {self.throughput_GBps:.2f} GB/s; "
+            + "use a host with more or faster cores"
+            + (", or qualify fewer drives at once" if drives > 1 else "")
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -162,13 +169,15 @@ class FillCampaign:
         self,
         root: Path,
         plan: CheckpointPlan,
-        pool: RankPool,
+        pool: Pool,
         engine: str,
         checkpoints_per_pass: int,
         remove: Remover,
         on_checkpoint: Callable[[CheckpointRecord, int], None] = lambda record, total: None,
+        drives_at_once: int = 1,
     ) -> None:
         self.root, self.plan, self.pool, self.engine = root, plan, pool, engine
+        self.drives_at_once = drives_at_once
         self.checkpoints_per_pass = checkpoints_per_pass
         self.remove = remove
         self.on_checkpoint = on_checkpoint
@@ -187,7 +196,7 @@ class FillCampaign:
         when setup raises StopRounds; `early_stop` is asked before each checkpoint after the first."""
         if self.failure:
             raise FillError(f"not run: {self.failure}", "not-run")
-        result = PassResult(number, planned=self.checkpoints_per_pass)
+        result = PassResult(number, planned=self.checkpoints_per_pass, drives_at_once=self.drives_at_once)
         pending: list[tuple[int | None, float]] = []
 
         def setup() -> None:
@@ -272,4 +281,5 @@ def _record(
         remove_s=remove_s,
         ranks=[asdict(r) for r in timing.ranks],
         host=timing.host,
+        nodes=timing.node_figures(),
     )

@@ -14,7 +14,7 @@ from typing import Protocol
 from ckptqual.faults import RunError
 from ckptqual.limits.limits import MIN_JUDGED_BYTES
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
-from ckptqual.runs.ranks import RankPool
+from ckptqual.runs.ranks import Pool
 from ckptqual.runs.restore import evict_checkpoint
 
 # Payload checkpoint numbers of layout examples: far above any fill checkpoint, so blocks never repeat.
@@ -87,7 +87,7 @@ class LayoutSpace(Protocol):
 
 
 def run_layout(
-    pool: RankPool, root: Path, plan: CheckpointPlan, engine: str, example: int, space: LayoutSpace
+    pool: Pool, root: Path, plan: CheckpointPlan, engine: str, example: int, space: LayoutSpace
 ) -> LayoutResult:
     """Writes the regular twin and the odd layout, reads the odd one back cold and verifies every byte.
 

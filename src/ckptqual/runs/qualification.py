@@ -28,12 +28,13 @@ from ckptqual.limits.steady import SteadyState, steady_state
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.planfile import dump_plan
 from ckptqual.runs import raw
-from ckptqual.runs.baseline import Baseline, measure_baseline
+from ckptqual.runs.baseline import measure_baseline
+from ckptqual.runs.cluster import NodePool
 from ckptqual.runs.early_stop import stop_reason
 from ckptqual.runs.events import Broadcast, RunEvents
 from ckptqual.runs.fill import CheckpointRecord, EarlyStop, FillCampaign, PassResult
 from ckptqual.runs.layouts import LayoutResult, run_layout
-from ckptqual.runs.ranks import RankFailure, RankPool
+from ckptqual.runs.ranks import Pool, RankFailure, RankPool
 from ckptqual.runs.restore import RestoreResult, evict_checkpoint
 from ckptqual.runs.written import SuiteWrites
 
@@ -55,16 +56,16 @@ class Qualification:
         events.started({"path": str(self.target.path), "run_dir": str(self.run_dir)}, self.identity.to_dict())
         self.written = SuiteWrites()  # what the suite writes, told by the events, against what the drive counts
         self.events = Broadcast(events, self.written)
-        self.pool: RankPool | None = None
+        self.pool: Pool | None = None
         self.sampler: Sampler | None = None
         try:
             self.health_before = health.snapshot(self.identity)  # before the first byte the suite writes
             self.events.health({"before": self.health_before})
             self._declare_files()
             sampler = HostSampler(self.target.path)  # the target's block device, resolved once, before any I/O
-            self.pool = RankPool(len(settings.plan.ranks), settings.seed, settings.rank_timeout_s, sampler=sampler)
+            self.pool = self._start_ranks(sampler)
             self.sampler = self._start_sampling()
-            self.baseline = self._measure_baseline()
+            self.baselines = self._measure_baseline() if "baseline" in settings.parts else {}
         except BaseException:
             self.close()
             raise
@@ -76,6 +77,7 @@ class Qualification:
             settings.checkpoints_per_pass,
             remove=self.remove,
             on_checkpoint=self._checkpoint_done,
+            drives_at_once=settings.drives_at_once,
         )
 
     @property
@@ -91,6 +93,15 @@ class Qualification:
         self.target.declare("layouts/layout-*", [], listed=True)
         for name in ("checkpoints", "raw", "layouts"):
             (self.run_dir / name).mkdir()
+
+    def _start_ranks(self, sampler: HostSampler) -> Pool:
+        """The plan's ranks as processes of this host, or spread over --nodes nodes whose torchrun workers reach this
+        process at --controller (runs.cluster)."""
+        settings, ranks = self.settings, len(self.settings.plan.ranks)
+        if settings.nodes > 1:
+            args = (settings.controller, settings.nodes, ranks, settings.seed, self.run_dir, settings.rank_timeout_s)
+            return NodePool(*args, sampler=sampler)
+        return RankPool(ranks, settings.seed, settings.rank_timeout_s, sampler=sampler)
 
     def declare(self, pattern: str, files: list[str]) -> None:
         """Records files the run is about to write (relative to the directories matching `pattern`)."""
@@ -129,12 +140,13 @@ class Qualification:
         self.events = Broadcast(events, sampler)
         return sampler
 
-    def _measure_baseline(self) -> Baseline:
-        """Raw sequential write and read on the target, before anything else loads the drive."""
+    def _measure_baseline(self) -> dict[str, float]:
+        """Raw sequential write and read on the target, before anything else loads the drive; the rates that relative
+        limits refer to (none where the drive file's [run] parts leaves the baseline out)."""
         self.events.measuring_baseline(self.settings.baseline_bytes)
         baseline = measure_baseline(self.pool, self.run_dir / "raw", self.settings.baseline_bytes, self.remove)
         self.events.baseline(baseline.to_dict())
-        return baseline
+        return baseline.as_baselines()
 
     def _checkpoint_done(self, record: CheckpointRecord, total: int) -> None:
         self.events.checkpoint(record.to_dict(), total)
@@ -159,7 +171,7 @@ class Qualification:
             return None
         passes = [self.fill.passes[n] for n in range(2, number) if n in self.fill.passes]
         earlier = [c.GBps for result in passes for c in result.checkpoints]
-        settings, baselines = self.settings, self.baseline.as_baselines()
+        settings, baselines = self.settings, self.baselines
         context = {"pass": number, "state": "steady"}
 
         def outcomes(result: PassResult) -> tuple[str, ...]:
@@ -203,7 +215,7 @@ class Qualification:
             raise self._failed(RestoreError(str(error), error.fault, error.errno)) from error
         ranks = [asdict(r) for r in timing.ranks]
         figures = (timing.bytes, timing.seconds, timing.first_done_s, cached, timing.generated_GBps, ranks)
-        result = RestoreResult(checkpoint, *figures, host=timing.host)
+        result = RestoreResult(checkpoint, *figures, host=timing.host, nodes=timing.node_figures())
         self.events.restore(result.to_dict())
         self.host_bound_figure("restore_throughput", result.host_bound_reason())
         return result
@@ -233,7 +245,7 @@ class Qualification:
 
     def judge(self, measurements: list[tuple[str, float, str]], context: Mapping[str, Any]) -> list[Judgement]:
         """Judges (name, value, unit) measurements against the drive's limits."""
-        baselines, settings = self.baseline.as_baselines(), self.settings
+        baselines, settings = self.baselines, self.settings
         judgements = [
             j
             for name, value, unit in measurements

@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 import traceback
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -32,7 +33,7 @@ from ckptqual.runs import raw, restore
 _STOP_GRACE_S = 5.0
 _TERM_WAIT_S = 0.5
 _KILL_WAIT_S = 2.0  # after SIGKILL: a process still alive then is stuck in the kernel and is abandoned
-_START_TIMEOUT_S = 300.0  # spawning ranks imports torch in each: slow on a loaded host
+START_TIMEOUT_S = 300.0  # spawning ranks imports torch in each: slow on a loaded host
 
 
 class RankFailure(RunError):
@@ -49,6 +50,18 @@ class RankTiming:
     files: int
     payload_cpu_s: float
     cpu_s: float  # user+system CPU seconds of the rank's process over its timed part (all its threads)
+    node: int = 0  # the node it ran on (runs.cluster); its done_s runs from the common start of that node's ranks
+
+
+@dataclass(frozen=True)
+class NodeTiming:
+    """One node's view of a checkpoint run over several nodes (runs.cluster): its host's use over its ranks' timed
+    region and, for a read, the node whose files its ranks read."""
+
+    node: int
+    hostname: str
+    host: HostUse
+    read_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,7 @@ class CheckpointTiming:
 
     ranks: tuple[RankTiming, ...]
     host: HostUse
+    nodes: tuple[NodeTiming, ...] = ()  # where the ranks ran on several nodes; empty on one host
 
     @property
     def seconds(self) -> float:
@@ -73,14 +87,50 @@ class CheckpointTiming:
 
     @property
     def generated_GBps(self) -> float:
-        """How fast the ranks could make payload together on this host's cores, had they done nothing else."""
-        cores = min(len(os.sched_getaffinity(0)), len(self.ranks))
-        wall = sum(r.payload_cpu_s for r in self.ranks) / cores
+        """How fast the ranks could make payload together on their hosts' cores, had they done nothing else (each
+        node makes its ranks' share on its own cores at once)."""
+        cores = {node.node: node.host.cores for node in self.nodes} or {0: len(os.sched_getaffinity(0))}
+        wall = max(
+            sum(r.payload_cpu_s for r in ranks) / min(cores[node], len(ranks))
+            for node, ranks in self._by_node().items()
+        )
         return self.bytes / wall / 1e9 if wall > 0 else float("inf")
+
+    def _by_node(self) -> dict[int, list[RankTiming]]:
+        by_node: dict[int, list[RankTiming]] = {}
+        for rank in self.ranks:
+            by_node.setdefault(rank.node, []).append(rank)
+        return by_node
+
+    def node_figures(self) -> list[dict[str, Any]]:
+        """Per node (none on one host): its ranks, bytes, slowest rank and time on its own clock, its host's use and,
+        for a read, whose files it read."""
+        figures, by_node = [], self._by_node()
+        for timing in self.nodes:
+            ranks = by_node[timing.node]
+            slowest = max(ranks, key=lambda r: r.done_s)
+            nbytes = sum(r.bytes for r in ranks)
+            figures.append(
+                {
+                    "node": timing.node,
+                    "hostname": timing.hostname,
+                    "ranks": [r.rank for r in ranks],
+                    "bytes": nbytes,
+                    "seconds": slowest.done_s,
+                    "slowest_rank": slowest.rank,
+                    "GBps": nbytes / slowest.done_s / 1e9 if slowest.done_s > 0 else None,
+                    "host": timing.host.to_dict(),
+                    "cpu_s_per_GB": timing.host.cpu_s_per_GB(nbytes),
+                    "read_files_of_node": timing.read_from,
+                }
+            )
+        return figures
 
 
 @dataclass
-class _Task:
+class Task:
+    """What every rank does next: an operation of `_OPERATIONS` (or "stop") on its plan in `directory`."""
+
     op: str
     checkpoint: int = 0
     directory: str = ""
@@ -102,7 +152,7 @@ def _depth(path: Path) -> int:
     return len(path.parts)
 
 
-def _write_files(io: RankIO, task: _Task) -> int:
+def _write_files(io: RankIO, task: Task) -> int:
     """Writes the rank's files of one checkpoint with the task's engine, then fsyncs files and directories.
 
     The rank creates the directories it needs, so that the main process never waits on the drive. Syncing
@@ -131,14 +181,14 @@ def _write_files(io: RankIO, task: _Task) -> int:
     return plan.nbytes
 
 
-_OPERATIONS: dict[str, Callable[[RankIO, _Task], int]] = {
+_OPERATIONS: dict[str, Callable[[RankIO, Task], int]] = {
     "write": _write_files,
     "raw-write": raw.write_sequential,
     "raw-read": raw.read_sequential,
     "read": restore.read_checkpoint_files,
 }
 # Checks that follow an operation outside its timed region; their reply fields join the operation's.
-_AFTER_TIMING: dict[str, Callable[[RankIO, _Task], dict[str, Any]]] = {"read": restore.load_sample}
+_AFTER_TIMING: dict[str, Callable[[RankIO, Task], dict[str, Any]]] = {"read": restore.load_sample}
 
 
 def _worker(rank: int, seed: int, chunk_bytes: int, conn: Connection, barrier: Any) -> None:
@@ -148,10 +198,12 @@ def _worker(rank: int, seed: int, chunk_bytes: int, conn: Connection, barrier: A
     with contextlib.suppress(EOFError, OSError):  # the parent is gone: nothing left to report to
         conn.send({"ready": True})
         while (task := conn.recv()).op != "stop":
-            conn.send(_run_task(io, task, barrier))
+            conn.send(run_task(io, task, barrier))
 
 
-def _run_task(io: RankIO, task: _Task, barrier: Any) -> dict[str, Any]:
+def run_task(io: RankIO, task: Task, barrier: Any) -> dict[str, Any]:
+    """Meets the other ranks at `barrier` (anything with `wait()`), does the task timed and reports it; a failure is
+    reported, never raised."""
     io.checkpoint, io.payload_cpu_s, io.generated_bytes, io.stage = task.checkpoint, 0.0, 0, task.op
     try:
         barrier.wait()
@@ -181,6 +233,64 @@ def _failure_reply(error: Exception, stage: str) -> dict[str, Any]:
         "errno": None,
         "trace": traceback.format_exc(),
     }
+
+
+def rank_timings(
+    replies: list[dict[str, Any]], plans: tuple[RankPlan | None, ...], nodes: list[int] | None = None
+) -> tuple[RankTiming, ...]:
+    """Each rank's share from its reply; `nodes[rank]`: the node it ran on. Each node's ranks are timed on that node's
+    clock from their common start (clocks of different nodes are not compared)."""
+    nodes = nodes or [0] * len(replies)
+    starts: dict[int, float] = {}
+    for node, reply in zip(nodes, replies, strict=True):
+        starts[node] = min(starts.get(node, reply["start"]), reply["start"])
+    return tuple(
+        RankTiming(
+            rank,
+            r["end"] - starts[node],
+            r["bytes"],
+            len(plan.files) if plan else 0,
+            r["payload_cpu_s"],
+            r["cpu_s"],
+            node,
+        )
+        for rank, (r, plan, node) in enumerate(zip(replies, plans, nodes, strict=True))
+    )
+
+
+def host_use(sampler: HostSampler, replies: list[dict[str, Any]]) -> HostUse:
+    """The host's use over the ranks' common timed region: from the first rank's start to the last rank's end."""
+    first: Mark = min((r["marks"][0] for r in replies), key=lambda mark: mark.wall)
+    last: Mark = max((r["marks"][1] for r in replies), key=lambda mark: mark.wall)
+    return sampler.use(first, last, sum(r["cpu_s"] for r in replies))
+
+
+def failure_of(replies: list[dict[str, Any]], what: str) -> RankFailure | None:
+    """The failure of the first rank that reported one (naming how many more failed), or None."""
+    failed = [(rank, r) for rank, r in enumerate(replies) if "error" in r]
+    if not failed:
+        return None
+    rank, reply = failed[0]
+    others = f" (and {len(failed) - 1} more rank(s) failed)" if len(failed) > 1 else ""
+    return RankFailure(
+        f"rank {rank} failed during {what}: {reply['error']}{others}", reply["fault"], reply.get("errno")
+    )
+
+
+def late_reason(states: dict[int, str], what: str, timeout_s: float) -> tuple[str, str]:
+    """(reason, fault) for ranks that ran past the timeout, by their process state letters: ranks stuck in the kernel
+    mean an unresponsive drive."""
+    shown = ", ".join(f"{rank} ({_STATES.get(state, state)})" for rank, state in states.items())
+    if "D" in states.values():
+        reason = (
+            f"the drive did not respond: rank(s) {shown} did not finish {what} within {timeout_s:g} s "
+            f"(--rank-timeout), waiting in the kernel on I/O"
+        )
+        return reason, "unresponsive"
+    return (
+        f"rank(s) {shown} did not finish {what} within {timeout_s:g} s; raise --rank-timeout for a slow drive",
+        "stopped",
+    )
 
 
 _STATES = {"D": "waiting in the kernel", "T": "stopped", "t": "stopped", "Z": "exited", "R": "running", "S": "sleeping"}
@@ -221,7 +331,62 @@ def end_processes(procs: list[mp.process.BaseProcess]) -> list[str]:
     return [f"{p.name} (PID {p.pid}, {_STATES.get(process_state(p.pid), '?')}) did not end on SIGKILL" for p in procs]
 
 
-class RankPool:
+class Pool(ABC):
+    """What runs the ranks: every rank does an operation of `_OPERATIONS` from a common start, timed (`run`); RankPool
+    on this host, runs.cluster.NodePool on several nodes. `stopped`: why it was stopped; `abandoned`: processes left."""
+
+    ranks: int
+    sampler: HostSampler
+    stopped: str | None
+    abandoned: list[str]
+
+    @abstractmethod
+    def run(
+        self,
+        op: str,
+        directory: Path,
+        plans: tuple[RankPlan, ...] | None,
+        what: str,
+        checkpoint: int = 0,
+        options: dict[str, Any] | None = None,
+    ) -> CheckpointTiming:
+        """Every rank does `op` (on its plan, if any) from a common start; the slowest rank's end is the time."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stops every rank; a process that cannot be ended is named in `abandoned`."""
+
+    @property
+    @abstractmethod
+    def pids(self) -> list[int]:
+        """The PIDs of the rank processes on this host."""
+
+    def write_checkpoint(
+        self, directory: Path, checkpoint: int, plans: tuple[RankPlan, ...], engine: str, what: str | None = None
+    ) -> CheckpointTiming:
+        """Every rank writes its files of one checkpoint into `directory` (`what` names it in messages); raises
+        RankFailure on any failure."""
+        make_engine(engine)  # an unknown name fails here, not in every worker
+        what = what or f"checkpoint {checkpoint}"
+        return self.run("write", directory, plans, what, checkpoint, {"engine": engine})
+
+    def _plans(self, plans: tuple[RankPlan, ...] | None) -> tuple[RankPlan | None, ...]:
+        """The plan of every rank for a new task (None each where the task has none); fails once stopped."""
+        if self.stopped:
+            raise RankFailure(f"not run: the ranks were stopped after {self.stopped}", "not-run")
+        plans = plans if plans is not None else (None,) * self.ranks
+        if len(plans) != self.ranks:
+            raise ValueError(f"plan has {len(plans)} ranks, pool has {self.ranks}")
+        return plans
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RankPool(Pool):
     """A fixed set of rank processes that write checkpoints on command; `sampler` watches the host meanwhile (its
     device: the drive the ranks write to, where known)."""
 
@@ -255,19 +420,10 @@ class RankPool:
             self._conns.append(parent)
             self._procs.append(proc)
         try:
-            self._collect("start-up", max(timeout_s, _START_TIMEOUT_S))
+            self._collect("start-up", max(timeout_s, START_TIMEOUT_S))
         except BaseException:
             self.close()
             raise
-
-    def write_checkpoint(
-        self, directory: Path, checkpoint: int, plans: tuple[RankPlan, ...], engine: str, what: str | None = None
-    ) -> CheckpointTiming:
-        """Every rank writes its files of one checkpoint into `directory` (`what` names it in messages); raises
-        RankFailure on any failure."""
-        make_engine(engine)  # an unknown name fails here, not in every worker
-        what = what or f"checkpoint {checkpoint}"
-        return self.run("write", directory, plans, what, checkpoint, {"engine": engine})
 
     def run(
         self,
@@ -279,40 +435,18 @@ class RankPool:
         options: dict[str, Any] | None = None,
     ) -> CheckpointTiming:
         """Every rank does `op` (on its plan, if any) from a common start; the slowest rank's end is the time."""
-        if self.stopped:
-            raise RankFailure(f"not run: the ranks were stopped after {self.stopped}", "not-run")
-        plans = plans if plans is not None else (None,) * self.ranks
-        if len(plans) != self.ranks:
-            raise ValueError(f"plan has {len(plans)} ranks, pool has {self.ranks}")
+        plans = self._plans(plans)
         with self._lock:
             try:
-                tasks = [_Task(op, checkpoint, str(directory), plan, options or {}, self.sampler) for plan in plans]
+                tasks = [Task(op, checkpoint, str(directory), plan, options or {}, self.sampler) for plan in plans]
                 self._send_all(what, tasks)
                 replies = self._collect(what)
             except (KeyboardInterrupt, SystemExit):
                 self.close(grace_s=0)
                 raise
-        start = min(r["start"] for r in replies)
-        timings = tuple(
-            RankTiming(
-                rank,
-                r["end"] - start,
-                r["bytes"],
-                len(plans[rank].files) if plans[rank] else 0,
-                r["payload_cpu_s"],
-                r["cpu_s"],
-            )
-            for rank, r in enumerate(replies)
-        )
-        return CheckpointTiming(timings, self._host_use(replies))
+        return CheckpointTiming(rank_timings(replies, plans), host_use(self.sampler, replies))
 
-    def _host_use(self, replies: list[dict[str, Any]]) -> HostUse:
-        """The host's use over the common timed region: from the first rank's start to the last rank's end."""
-        first: Mark = min((r["marks"][0] for r in replies), key=lambda mark: mark.wall)
-        last: Mark = max((r["marks"][1] for r in replies), key=lambda mark: mark.wall)
-        return self.sampler.use(first, last, sum(r["cpu_s"] for r in replies))
-
-    def _send_all(self, what: str, tasks: list[_Task]) -> None:
+    def _send_all(self, what: str, tasks: list[Task]) -> None:
         """Hands every rank its task; a rank that died while idle stops the pool with its rank, PID and exit code."""
         for rank, proc in enumerate(self._procs):
             if not proc.is_alive():
@@ -343,28 +477,14 @@ class RankPool:
                     raise self._stop(f"rank {rank} {_death(proc)} during {what}", "crash")
             if time.monotonic() > deadline:
                 raise self._late([rank for rank, r in enumerate(replies) if r is None], what, timeout_s)
-        failed = [(rank, r) for rank, r in enumerate(replies) if "error" in r]
-        if failed:
-            rank, reply = failed[0]
-            others = f" (and {len(failed) - 1} more rank(s) failed)" if len(failed) > 1 else ""
-            raise RankFailure(
-                f"rank {rank} failed during {what}: {reply['error']}{others}", reply["fault"], reply.get("errno")
-            )
+        failure = failure_of(replies, what)  # type: ignore[arg-type]
+        if failure is not None:
+            raise failure
         return replies  # type: ignore[return-value]
 
     def _late(self, late: list[int], what: str, timeout_s: float) -> RankFailure:
-        """Stops the pool after ranks ran past the timeout; ranks stuck in the kernel mean an unresponsive drive."""
-        states = {rank: process_state(self._procs[rank].pid) for rank in late}
-        stuck = [rank for rank, state in states.items() if state == "D"]
-        shown = ", ".join(f"{rank} ({_STATES.get(state, state)})" for rank, state in states.items())
-        if stuck:
-            reason = (
-                f"the drive did not respond: rank(s) {shown} did not finish {what} within {timeout_s:g} s "
-                f"(--rank-timeout), waiting in the kernel on I/O"
-            )
-            return self._stop(reason, "unresponsive")
-        reason = f"rank(s) {shown} did not finish {what} within {timeout_s:g} s; raise --rank-timeout for a slow drive"
-        return self._stop(reason, "stopped")
+        """Stops the pool after ranks ran past the timeout."""
+        return self._stop(*late_reason({rank: process_state(self._procs[rank].pid) for rank in late}, what, timeout_s))
 
     def _stop(self, reason: str, fault: str) -> RankFailure:
         """Stops every rank at once after `reason`; later calls fail with it instead of touching dead ranks."""
@@ -381,7 +501,7 @@ class RankPool:
         kernel on an unresponsive drive) is abandoned, not waited for, and named in `abandoned`."""
         for conn in self._conns:
             with contextlib.suppress(OSError, ValueError):
-                conn.send(_Task("stop"))
+                conn.send(Task("stop"))
         self._barrier.abort()
         deadline = time.monotonic() + grace_s
         for proc in self._procs:
@@ -390,9 +510,3 @@ class RankPool:
         for conn in self._conns:
             conn.close()
         self._conns = []
-
-    def __enter__(self) -> RankPool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -10,7 +10,7 @@ an I/O error names file and offset. After the timed read, each rank loads one of
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,9 @@ class RestoreResult:
     payload_GBps: float
     ranks: list[dict]
     host: HostUse | None = None
+    # Per node, where the ranks ran on several (runs.cluster): each node read what the next one wrote
+    # (`read_files_of_node`), so that no node read back from the page cache that wrote the files.
+    nodes: list[dict] = field(default_factory=list)
 
     @property
     def GBps(self) -> float:

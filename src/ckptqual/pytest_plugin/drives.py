@@ -1,0 +1,173 @@
+"""Several drives in one run: each qualification test parametrized by its drive (`test_fill_pass[nvme1-2]`), a
+drive's tests kept together and in order, and with pytest-xdist one worker per drive (`-n auto`), each drive's
+tests one work unit of one worker; the workers' results come back to the controller, which runs no test."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptqual.config.drives import drive_targets
+from ckptqual.config.run_settings import RunSettings
+from ckptqual.config.values import SettingsError
+from ckptqual.pytest_plugin.options import DRIVE, DriveRun, drive_runs
+from ckptqual.report.drives import drive_row, missing_row
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pytest-xdist is a dependency; without it there is no -n to schedule
+    LoadScopeScheduling = object
+
+DRIVE_ARG = "ckptqual_drive"
+INDEX = pytest.StashKey[dict[str, Any]]()  # the index of a run over several drives (report.drives), once made
+_ROWS = pytest.StashKey[dict[str, dict[str, Any]]]()  # each drive's row, as the workers sent them
+_SELECTED = pytest.StashKey[set[str]]()  # the drives whose tests some worker had selected
+_ROWS_KEY, _SELECTED_KEY = "ckptqual_drives", "ckptqual_selected"
+_ORDER = pytest.StashKey[int]()  # a test's place in the collection
+_COLLECTED = pytest.StashKey[int]()
+
+
+def names_the_qualification(config: pytest.Config) -> bool:
+    """Whether the command line selects the qualification suite (tests_qual, or the directory above it)."""
+    for arg in config.args:
+        path = Path(arg.split("::")[0]).resolve()
+        if "tests_qual" in path.parts or (path.is_dir() and (path / "tests_qual").is_dir()):
+            return True
+    return False
+
+
+def is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.fixture(scope="session", name=DRIVE_ARG)
+def drive_label() -> str | None:
+    """The label of the drive a test qualifies: None where the run has one drive; parametrized where it has more."""
+    return None
+
+
+def drive_run(config: pytest.Config, label: str | None) -> DriveRun:
+    return next(run for run in drive_runs(config) if run.label == label)
+
+
+def parametrize_by_drive(
+    metafunc: pytest.Metafunc,
+    name: str | None,
+    values_of: Callable[[RunSettings], list[Any]] = lambda run: [],
+    id_of: Callable[[Any], str] = str,
+    fallback: list[Any] | None = None,
+) -> None:
+    """Parametrizes `name` with each drive's values (ids as before where the run has one drive); with several
+    drives, jointly with the drive, whose label opens the id (`nvme1-2`); `name` None: by the drive alone."""
+    try:
+        runs = drive_runs(metafunc.config)
+    except pytest.UsageError:  # raised again once collection is done
+        if name is not None:
+            metafunc.parametrize(name, fallback or [], ids=[id_of(value) for value in fallback or []])
+        return
+    if len(runs) == 1:
+        if name is not None:
+            values = values_of(runs[0].settings)
+            metafunc.parametrize(name, values, ids=[id_of(value) for value in values])
+        return
+    labels = [run.label for run in runs]
+    if name is None:
+        metafunc.parametrize(DRIVE_ARG, labels, ids=labels, scope="session")
+        return
+    pairs = [(run.label, value) for run in runs for value in values_of(run.settings)]
+    ids = [f"{label}-{id_of(value)}" for label, value in pairs]
+    metafunc.parametrize([DRIVE_ARG, name], pairs, ids=ids, scope="session")
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Notes the order of collection, which pytest's grouping of session-scoped parameters does not keep."""
+    item.stash[_ORDER] = item.config.stash.get(_COLLECTED, 0)
+    item.config.stash[_COLLECTED] = item.stash[_ORDER] + 1
+
+
+def group_by_drive(items: list[pytest.Item], selected: Iterable[pytest.Item], runs: list[DriveRun]) -> None:
+    """Notes each qualification test's drive and, with several drives, puts each drive's tests together, in the
+    order they were collected, drive after drive: without -n the drives are then qualified one after another, each
+    closed before the next starts (the session fixtures depend on the drive's parameter)."""
+    by_label = {run.label: run for run in runs}
+    for item in selected:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        item.stash[DRIVE] = by_label.get(params.get(DRIVE_ARG), runs[0])
+    if len(runs) > 1:
+        place = {id(run): number for number, run in enumerate(runs)}
+        items.sort(key=lambda item: (place[id(item.stash[DRIVE])] if DRIVE in item.stash else -1,
+                                     item.stash.get(_ORDER, 0)))  # fmt: skip
+
+
+def selected_runs(items: Iterable[pytest.Item]) -> list[DriveRun]:
+    """The drives with a selected test, in their order."""
+    return list({id(item.stash[DRIVE]): item.stash[DRIVE] for item in items if DRIVE in item.stash}.values())
+
+
+def send_rows(config: pytest.Config, runs: list[DriveRun], selected: list[DriveRun]) -> None:
+    """A worker's drives, as rows of the side-by-side table, back to the controller (config.workeroutput)."""
+    rows = {run.label: drive_row(run.label, run.record.data) for run in runs if run.record is not None}
+    config.workeroutput[_ROWS_KEY] = json.loads(json.dumps(rows, default=str))
+    config.workeroutput[_SELECTED_KEY] = [run.label for run in selected]
+
+
+def gathered_rows(config: pytest.Config, runs: list[DriveRun]) -> list[dict[str, Any]]:
+    """On the controller, each selected drive's row: as its worker sent it, else from its results file, else a row
+    saying that nothing came back."""
+    rows, selected = config.stash.get(_ROWS, {}), config.stash.get(_SELECTED, set())
+    found = []
+    for run in runs:
+        results = run.settings.results
+        if run.label in rows:
+            found.append(rows[run.label])
+        elif run.label in selected and results is not None and Path(results).is_file():
+            found.append(drive_row(run.label, json.loads(Path(results).read_text())))
+        elif run.label in selected:
+            why = "no result came back from the worker that qualified it (see its output above)"
+            found.append(missing_row(run.label, run.settings.target, results, why))
+    return found
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """Keeps what a worker sent back about its drives."""
+    output = getattr(node, "workeroutput", None) or {}
+    node.config.stash.setdefault(_ROWS, {}).update(output.get(_ROWS_KEY, {}))
+    node.config.stash.setdefault(_SELECTED, set()).update(output.get(_SELECTED_KEY, []))
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own count
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` for the qualification of several drives: one worker per drive (else xdist's own count)."""
+    if not names_the_qualification(config):
+        return None
+    try:
+        targets = drive_targets(config.getoption("target"), config.getoption("drive"))
+    except SettingsError:
+        return None  # refused with its message when the run is configured
+    return len(targets) if len(targets) > 1 else None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With several drives, whatever --dist says: each drive's tests are one work unit of one worker."""
+    if names_the_qualification(config) and len(drive_runs(config)) > 1:
+        return DriveScheduling(config, log)
+    return None
+
+
+class DriveScheduling(LoadScopeScheduling):
+    """xdist's load-scope scheduling with one scope per drive: all tests of a drive are one work unit, which one
+    worker runs in their order, one test at a time, so a drive's tests never overlap (with fewer workers than drives
+    a worker takes the next drive near the end of its own, xdist's rule, and qualifies it after)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        """The drive whose label opens the test's id (`nvme1` in `...::test_fill_pass[nvme1-2]`), else the test."""
+        match = re.search(r"\[([A-Za-z0-9_.]+)[-\]]", nodeid.rsplit("::", 1)[-1])
+        labels = {run.label for run in drive_runs(self.config)}
+        return f"drive {match.group(1)}" if match and match.group(1) in labels else nodeid

@@ -1,0 +1,285 @@
+"""The ranks of a run over several nodes on one shared filesystem, seen from the controller (the pytest process on
+node 0): NodePool does what RankPool does, with rank workers that torchrun started on every node (runs.node).
+
+The controller hosts a torch.distributed TCPStore: each rank takes its tasks from its queue there and posts its
+replies; the ranks of all nodes start each task together at a gloo barrier. Timing is MLPerf Storage's: the checkpoint
+time is the slowest rank's of all nodes (each node's ranks timed on that node's clock from their common start), the
+throughput the aggregate, and each node's own figures are kept (CheckpointTiming.node_figures). Reads are shifted by
+one node (node i reads what node i+1 wrote), so that no node reads back from the page cache that wrote the files.
+A node that dies breaks the gloo group: the ranks left say so and end, the checkpoint fails at once naming the node,
+and every worker is told to stop; one that hangs fails it at --rank-timeout, as on one host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import socket
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from ckptqual.host.cpu import HostSampler, at_once
+from ckptqual.io.engines.base import DEFAULT_CHUNK_BYTES
+from ckptqual.plan.model import RankPlan
+from ckptqual.runs.node import CONNECT_TIMEOUT_S, EVENTS, RUN, STOP, split_address, starttime, task_queue
+from ckptqual.runs.ranks import (
+    START_TIMEOUT_S,
+    CheckpointTiming,
+    NodeTiming,
+    Pool,
+    RankFailure,
+    Task,
+    failure_of,
+    host_use,
+    late_reason,
+    process_state,
+    rank_timings,
+)
+
+READS = ("read", "raw-read")  # operations whose ranks read what the next node wrote
+_POLL_S = 0.05
+_LOST_GRACE_S = 2.0  # once a rank lost its peers: quiet time after which the ranks that said nothing are named
+_STOP_GRACE_S = 5.0  # after the stop at the end of a run: time for the workers to go
+_LEAVE_WAIT_S = 2.0  # after any stop: more time for the workers to go, before those here are killed
+_LATE_WAIT_S = 30.0  # after a stop before every rank had joined: time for the late ones to come and be told
+_KILL_WAIT_S = 2.0  # after SIGKILL: a worker still there then is stuck in the kernel and is abandoned
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One rank's process, as it introduced itself: its node, place there, host and process, and its node's sampler."""
+
+    rank: int
+    node: int
+    local_rank: int
+    hostname: str
+    pid: int
+    starttime: str
+    sampler: HostSampler
+
+    @property
+    def here(self) -> bool:
+        """Whether it runs on the controller's host, where its process can be seen."""
+        return self.hostname == socket.gethostname()
+
+    def state(self) -> str:
+        """Its process's state letter where it runs here ("gone" once it ended), else that it did not answer."""
+        if not self.here:
+            return f"no answer from node {self.node} (host {self.hostname})"
+        state = process_state(self.pid)
+        return state if state not in ("?", "Z") and starttime(self.pid) == self.starttime else "gone"
+
+    def gone(self, said: set[int]) -> bool:
+        """Whether it has ended: as its process shows where it runs here, else as it said (`said`: ranks that did)."""
+        return self.state() == "gone" if self.here else self.rank in said
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} on node {self.node} (host {self.hostname}, PID {self.pid})"
+
+
+def shifted_readers(workers: list[Worker], nodes: int) -> list[int]:
+    """For each rank, the rank whose files it reads: the same local rank on the next node, so that no node reads back
+    what it wrote (MLPerf Storage's rule: not from the writer's page cache)."""
+    place = {(w.node, w.local_rank): w.rank for w in workers}
+    return [place[(w.node + 1) % nodes, w.local_rank] for w in workers]
+
+
+class NodePool(Pool):
+    """Rank workers on `nodes` nodes, started there by torchrun with `ckptqual node --controller ADDRESS`; this process
+    listens at ADDRESS's port. `sampler` watches the controller's host (the read sweep runs here)."""
+
+    def __init__(
+        self,
+        controller: str,
+        nodes: int,
+        ranks: int,
+        seed: int,
+        run_dir: Path,
+        timeout_s: float = 600.0,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        sampler: HostSampler | None = None,
+    ) -> None:
+        self.ranks, self.nodes, self.seed, self.timeout_s = ranks, nodes, seed, timeout_s
+        self.controller = controller
+        self.sampler = sampler or HostSampler()
+        self.stopped: str | None = None
+        self.abandoned: list[str] = []
+        self.workers: list[Worker] = []
+        self._gone: set[int] = set()
+        host, port = split_address(controller)
+        try:
+            self._store: dist.TCPStore | None = dist.TCPStore(
+                host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
+            )
+        except (RuntimeError, ValueError) as error:
+            raise RankFailure(f"--controller {controller}: cannot listen there: {error}", "crash") from None
+        run = {"ranks": ranks, "nodes": nodes, "seed": seed, "run_dir": str(run_dir), "timeout_s": timeout_s}
+        self._store.set(RUN, pickle.dumps(run | {"chunk_bytes": chunk_bytes}))
+        try:
+            self._await_workers(max(timeout_s, START_TIMEOUT_S))
+        except BaseException:
+            self.close()
+            raise
+        self._readers = shifted_readers(self.workers, nodes)
+
+    def _await_workers(self, timeout_s: float) -> None:
+        """Waits until every rank's worker has joined the gloo group (`workers`, by rank); fails naming what is missing
+        or wrong."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.workers) < self.ranks:
+            for kind, rank, *body in self._events():
+                if kind == "ready" and "error" in body[0]:
+                    raise self._stop(f"rank {rank} could not start: {body[0]['error']}", "crash")
+                if kind == "ready":
+                    self.workers = sorted([*self.workers, Worker(rank, **body[0])], key=lambda w: w.rank)
+            if time.monotonic() > deadline:
+                raise self._stop(
+                    f"only {len(self.workers)} of {self.ranks} ranks joined within {timeout_s:g} s; start "
+                    f"`torchrun --nnodes {self.nodes} --nproc-per-node {self.ranks // self.nodes} ... ckptqual node "
+                    f"--controller {self.controller}` on every node (README: Many nodes on one shared filesystem)",
+                    "crash",
+                )
+            time.sleep(_POLL_S)
+        counts = Counter(w.node for w in self.workers)
+        if sorted(counts) != list(range(self.nodes)) or len(set(counts.values())) != 1:
+            raise self._stop(
+                f"the ranks came from nodes {dict(sorted(counts.items()))} (node: ranks), but the run has --nodes "
+                f"{self.nodes}; start torchrun with --nnodes {self.nodes} --nproc-per-node {self.ranks // self.nodes}",
+                "crash",
+            )
+
+    def _events(self) -> list[tuple[Any, ...]]:
+        """What the workers posted since the last look; notes who has gone."""
+        store = self._store
+        events = [pickle.loads(store.queue_pop(EVENTS, False)) for _ in range(store.queue_len(EVENTS))]
+        self._gone |= {event[1] for event in events if event[0] == "gone"}
+        return events
+
+    def run(
+        self,
+        op: str,
+        directory: Path,
+        plans: tuple[RankPlan, ...] | None,
+        what: str,
+        checkpoint: int = 0,
+        options: dict[str, Any] | None = None,
+    ) -> CheckpointTiming:
+        """Every rank of every node does `op` from a common start; a read's ranks act as the ranks of the next node."""
+        plans = self._plans(plans)
+        acting = self._readers if op in READS else list(range(self.ranks))
+        try:
+            for rank, as_rank in enumerate(acting):
+                task = Task(op, checkpoint, str(directory), plans[as_rank], options or {})
+                self._store.queue_push(task_queue(rank), pickle.dumps((as_rank, task)))
+            replies = self._collect(what)
+        except (KeyboardInterrupt, SystemExit):
+            self.stopped = "the run was interrupted"
+            self.close(grace_s=0)
+            raise
+        nodes = tuple(self._node_timing(node, replies, op) for node in range(self.nodes))
+        ranks = rank_timings(replies, tuple(plans[rank] for rank in acting), [w.node for w in self.workers])
+        return CheckpointTiming(ranks, at_once([(node.hostname, node.host) for node in nodes]), nodes)
+
+    def _node_timing(self, node: int, replies: list[dict[str, Any]], op: str) -> NodeTiming:
+        members = [w for w in self.workers if w.node == node]
+        use = host_use(members[0].sampler, [replies[w.rank] for w in members])
+        return NodeTiming(node, members[0].hostname, use, (node + 1) % self.nodes if op in READS else None)
+
+    def _collect(self, what: str) -> list[dict[str, Any]]:
+        """Every rank's reply; a rank that lost its peers, or the timeout, stops the pool."""
+        deadline = time.monotonic() + self.timeout_s
+        replies: dict[int, dict[str, Any]] = {}
+        lost: dict[int, str] = {}
+        heard = time.monotonic()
+        while len(replies) < self.ranks or lost:
+            for kind, rank, *body in self._events():
+                heard = time.monotonic()
+                if kind == "reply":
+                    replies[rank] = body[0]
+                elif kind == "lost":
+                    lost[rank] = body[0]
+            if lost and (time.monotonic() - heard > _LOST_GRACE_S or len(replies) + len(lost) >= 2 * self.ranks):
+                raise self._stop(self._lost_reason(what, lost), "crash")
+            if time.monotonic() > deadline:
+                late = [w for w in self.workers if w.rank not in replies]
+                raise self._stop(*late_reason({w.rank: w.state() for w in late}, what, self.timeout_s))
+            time.sleep(_POLL_S)
+        failure = failure_of([replies[rank] for rank in range(self.ranks)], what)
+        if failure is not None:
+            raise failure
+        return [replies[rank] for rank in range(self.ranks)]
+
+    def _lost_reason(self, what: str, lost: dict[int, str]) -> str:
+        """Which ranks fell silent (whole nodes named as such) and which rank saw its peers go, and how. Every rank left
+        says it lost its peers (after its reply, if it got that far): one that did not is gone or stuck."""
+        witness, line = min(lost.items())
+        told = f"rank {witness} on node {self.workers[witness].node} lost its peers ({line})"
+        silent = [w for w in self.workers if w.rank not in lost]
+        if not silent:
+            return f"the ranks lost each other during {what}: {told}"
+        parts = []
+        for node in sorted({w.node for w in silent}):
+            ranks = [w for w in silent if w.node == node]
+            if len(ranks) == sum(w.node == node for w in self.workers):
+                parts.append(f"node {node} (host {ranks[0].hostname}, all its {len(ranks)} ranks)")
+            else:
+                parts.append(", ".join(str(w) for w in ranks))
+        return f"{'; '.join(parts)} stopped answering during {what}; {told}"
+
+    def _stop(self, reason: str, fault: str) -> RankFailure:
+        """Stops every worker after `reason`; later calls fail with it."""
+        self.stopped = reason
+        self.close(grace_s=0)
+        return RankFailure(reason, fault)
+
+    @property
+    def pids(self) -> list[int]:
+        """The PIDs of the workers on this host."""
+        return [w.pid for w in self.workers if w.here]
+
+    def close(self, grace_s: float = _STOP_GRACE_S) -> None:
+        """Tells every worker to stop and waits for them to go; a worker on this host that does not is killed, one that
+        SIGKILL cannot end (stuck in the kernel) or one elsewhere that never said it went is named in `abandoned`."""
+        if self._store is None:
+            return
+        with contextlib.suppress(RuntimeError):
+            self._store.set(STOP, self.stopped or "")
+        self.stopped = self.stopped or "they were closed"
+        deadline = time.monotonic() + grace_s + (_LEAVE_WAIT_S if len(self.workers) == self.ranks else _LATE_WAIT_S)
+        while not self._all_gone() and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+        unheard = sorted(set(range(self.ranks)) - {w.rank for w in self.workers} - self._gone)
+        if unheard:
+            self.abandoned.append(
+                f"rank(s) {', '.join(map(str, unheard))} never reached this process; they end by themselves once they "
+                f"find it gone (within {CONNECT_TIMEOUT_S:g} s)"
+            )
+        left = [w for w in self.workers if not w.gone(self._gone)]
+        for worker in (w for w in left if w.here):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.pid, signal.SIGKILL)
+        deadline = time.monotonic() + _KILL_WAIT_S
+        while any(w.here and w.state() != "gone" for w in left) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+        self.abandoned += [self._abandoned(w) for w in left if not w.here or w.state() != "gone"]
+        self._store = None  # the store's server ends with it: a worker still waiting on it ends too
+
+    def _all_gone(self) -> bool:
+        with contextlib.suppress(RuntimeError):
+            self._events()
+        joined = {w.rank for w in self.workers}
+        return all(w.gone(self._gone) for w in self.workers) and set(range(self.ranks)) - joined <= self._gone
+
+    @staticmethod
+    def _abandoned(worker: Worker) -> str:
+        if worker.here:
+            return f"{worker} ({worker.state()}) did not end on SIGKILL"
+        return f"{worker} did not say it stopped; check that nothing of the run is left on node {worker.node}"

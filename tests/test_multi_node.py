@@ -1,0 +1,268 @@
+"""Many nodes on one shared filesystem, simulated on this host: the pytest controller and two `torchrun --nnodes=2`
+launches on localhost (c10d rendezvous, gloo), all on one temporary directory; real processes, files and signals."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from ckptqual.config.run_settings import host_rank_capacity, resolve_settings
+from ckptqual.config.values import SettingsError
+from ckptqual.host.cpu import HostSampler
+from ckptqual.plan.workloads import load_workload
+from ckptqual.runs.cluster import Worker, shifted_readers
+from suite_runs import REPO, LiveSuite, lenient_drive, user_environment
+
+RANKS_PER_NODE = 4  # llama3-8b: 8 ranks over 2 nodes
+# How long a torchrun agent waits on a call to the rendezvous store (hosted by one of the agents) before it gives up:
+# an agent whose rendezvous host died ends after this (README: Many nodes on one shared filesystem).
+RENDEZVOUS_READ_TIMEOUT_S = 10
+SCALE = 0.0002
+TINY = ["--workload", "llama3-8b", "--scale", str(SCALE), "--sample-interval", "0"]
+FILL_AND_RESTORE = ("test_fill.py", "test_restore.py")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def processes_of(run_id: str) -> dict[int, dict[str, str]]:
+    """Every live process of the torchrun job `run_id`, agents (by their command line) and workers (by the
+    TORCHELASTIC_RUN_ID torchrun gives them): PID -> its environment."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        variables = dict(item.split("=", 1) for item in environ.decode(errors="replace").split("\0") if "=" in item)
+        if state != "Z" and (run_id.encode() in command or variables.get("TORCHELASTIC_RUN_ID") == run_id):
+            found[int(entry.name)] = variables
+    return found
+
+
+def listener(port: int) -> int:
+    """The PID of the process listening on TCP `port` of this host (from /proc/net/tcp* and the processes' fds)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                return int(entry.name)
+    raise AssertionError(f"nothing listens on port {port}")
+
+
+class TwoNodes:
+    """A run over two simulated nodes: the suite as controller, and one torchrun launch per node."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        *suite_args: str,
+        tests: tuple[str, ...] = FILL_AND_RESTORE,
+        per_node: int = RANKS_PER_NODE,
+    ) -> None:
+        self.run_id = f"ckptqual-test-{uuid.uuid4().hex[:8]}"
+        self.target, self.results = tmp_path / "shared", tmp_path / "results.json"
+        self.target.mkdir()
+        controller = f"127.0.0.1:{free_port()}"
+        drive = lenient_drive(tmp_path / "lenient.toml", "lenient drive")
+        self.suite = LiveSuite(
+            tmp_path / "controller.log",
+            *("--nodes", "2", "--controller", controller, "--target", str(self.target), "--drive", str(drive)),
+            *("--results", str(self.results), *TINY, *suite_args),
+            tests=tests,
+        )
+        self.rendezvous_port = free_port()
+        rendezvous = f"127.0.0.1:{self.rendezvous_port}"
+        self.logs = [tmp_path / f"node-launch-{index}.log" for index in range(2)]
+        self.launches = [self._torchrun(log, rendezvous, controller, per_node) for log in self.logs]
+
+    def _torchrun(self, log: Path, rendezvous: str, controller: str, per_node: int) -> subprocess.Popen:
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--nproc-per-node={per_node}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={rendezvous}", f"--rdzv-id={self.run_id}", "--max-restarts=0",
+            f"--rdzv-conf=read_timeout={RENDEZVOUS_READ_TIMEOUT_S}",
+            "-m", "ckptqual.cli", "node", "--controller", controller,
+        ]  # fmt: skip
+        with log.open("w") as out:
+            return subprocess.Popen(command, cwd=REPO, env=user_environment(), stdout=out, stderr=subprocess.STDOUT)
+
+    def finish(self, timeout_s: float = 300) -> tuple[int, list[int | None]]:
+        """The suite's exit code, and each launch's once it ended (None: it did not end within a minute more)."""
+        code = self.suite.finish(timeout_s)
+        deadline = time.monotonic() + 60
+        for launch in self.launches:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # asked below: whether it ended
+                launch.wait(timeout=max(0.1, deadline - time.monotonic()))
+        return code, [launch.poll() for launch in self.launches]
+
+    def output(self) -> str:
+        launches = "\n".join(f"--- {log.name}:\n{log.read_text(errors='replace')[-2000:]}" for log in self.logs)
+        return f"{self.suite.output()[-4000:]}\n{launches}"
+
+    def data(self) -> dict:
+        return json.loads(self.results.read_text())
+
+    def kill_leftovers(self) -> None:
+        """Teardown: nothing of this test may outlive it, whatever it asserted."""
+        self.suite.process.kill()
+        for pid in processes_of(self.run_id):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for launch in self.launches:
+            launch.kill()
+            launch.wait()
+        self.suite.process.wait()
+
+
+@pytest.fixture
+def two_nodes(tmp_path) -> Iterator[Callable[..., TwoNodes]]:
+    started: list[TwoNodes] = []
+
+    def start(*args: str, **kwargs) -> TwoNodes:
+        started.append(TwoNodes(tmp_path, *args, **kwargs))
+        return started[-1]
+
+    yield start
+    for run in started:
+        run.kill_leftovers()
+
+
+def test_two_nodes_write_exactly_their_planned_files_and_the_slowest_rank_is_the_time(two_nodes):
+    run = two_nodes("--checkpoints-per-pass", "2", "--passes", "1", "--keep")
+    code, launches = run.finish()
+    data = run.data()
+    assert data["errors"] == [], run.output()
+    assert launches == [0, 0], run.output()  # both nodes stopped as planned when the run ended
+    assert code in (0, 1), run.output()  # QUALIFIED, or a verdict on figures this busy host measured
+    plan = load_workload("llama3-8b").plan().scaled(SCALE)
+    assert data["settings"]["nodes"] == 2 and len(plan.ranks) == 2 * RANKS_PER_NODE
+    checkpoints = data["checkpoints"]
+    assert len(checkpoints) == 2
+    for checkpoint in checkpoints:
+        ranks = checkpoint["ranks"]
+        assert [r["rank"] for r in ranks] == list(range(8)) and {r["node"] for r in ranks} == {0, 1}
+        assert [(r["bytes"], r["files"]) for r in ranks] == [(rank.nbytes, len(rank.files)) for rank in plan.ranks]
+        # MLPerf Storage's timing: the slowest rank of all nodes is the checkpoint's time, the throughput the total's.
+        assert checkpoint["seconds"] == max(r["done_s"] for r in ranks)
+        assert (
+            checkpoint["bytes"] == plan.total_bytes
+            and checkpoint["GBps"] == plan.total_bytes / checkpoint["seconds"] / 1e9
+        )
+        nodes = checkpoint["nodes"]
+        assert [n["node"] for n in nodes] == [0, 1]
+        for node in nodes:
+            mine = [r for r in ranks if r["node"] == node["node"]]
+            assert node["ranks"] == [r["rank"] for r in mine] and len(mine) == RANKS_PER_NODE
+            assert node["seconds"] == max(r["done_s"] for r in mine)
+            assert node["slowest_rank"] == max(mine, key=lambda r: r["done_s"])["rank"]
+            assert node["bytes"] == sum(r["bytes"] for r in mine) and node["read_files_of_node"] is None
+        assert checkpoint["seconds"] == max(n["seconds"] for n in nodes)
+    # Every rank wrote exactly its planned files: no more, no fewer, each holding its planned tensors.
+    (run_dir,) = run.target.glob("ckptqual-run-*")
+    for checkpoint in checkpoints:
+        directory = run_dir / "checkpoints" / f"checkpoint-{checkpoint['checkpoint']:05d}"
+        planned = {spec.path: spec for rank in plan.ranks for spec in rank.files}
+        assert {str(path.relative_to(directory)) for path in directory.rglob("*") if path.is_file()} == set(planned)
+        for path, spec in planned.items():
+            state = torch.load(directory / path, weights_only=True, mmap=True)
+            assert [(t.name, t.nbytes) for t in spec.tensors] == [(k, v.nbytes) for k, v in state.items()]
+    # The restore read every file back, each node what the other wrote, every byte checked against its writer's rank.
+    (restore,) = data["restore"]
+    assert [(n["node"], n["read_files_of_node"]) for n in restore["nodes"]] == [(0, 1), (1, 0)]
+    assert restore["bytes"] == plan.total_bytes
+    assert restore["seconds"] == max(r["done_s"] for r in restore["ranks"])
+    restored = data["tests"]["tests_qual/test_restore.py::test_restore"]
+    host_limited = ("host-bound", "verification was the bottleneck")  # this busy host's, not the files'
+    assert restored["outcome"] in ("PASS", "MARGINAL") or any(why in restored["message"] for why in host_limited)
+    assert processes_of(run.run_id) == {}
+
+
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+def test_a_killed_node_fails_the_run_on_both_nodes_within_the_rank_timeout_and_nothing_is_left(two_nodes):
+    timeout_s = 60
+    run = two_nodes("--checkpoints-per-pass", "50", "--passes", "1", "--rank-timeout", str(timeout_s))
+    run.suite.wait_for("ckptqual: pass 1 checkpoint 1/50")
+    # The worst node to lose: the one whose torchrun agent hosts the rendezvous store the other agent relies on.
+    agent = listener(run.rendezvous_port)
+    workers = {pid: env for pid, env in processes_of(run.run_id).items() if parent(pid) == agent}
+    assert len(workers) == RANKS_PER_NODE and agent in [launch.pid for launch in run.launches]
+    (node,) = {env["GROUP_RANK"] for env in workers.values()}
+    killed_at = time.monotonic()
+    for pid in (agent, *workers):
+        os.kill(pid, signal.SIGKILL)
+    code, launches = run.finish(timeout_s=timeout_s + 60)
+    assert time.monotonic() - killed_at < timeout_s, run.output()
+    assert code != 0 and set(launches) == {1, -signal.SIGKILL}, (launches, run.output())
+    assert processes_of(run.run_id) == {}, run.output()  # no agent or worker left on either node
+    data = run.data()
+    outcome = data["tests"]["tests_qual/test_fill.py::test_fill_pass[1]"]
+    assert outcome["outcome"] == "ERROR", outcome
+    error = outcome["message"]
+    assert f"node {node} (host " in error and "all its 4 ranks) stopped answering during checkpoint " in error, error
+    assert "lost its peers (gloo: " in error, error
+    assert data["cleanup"]["removed"] is True and list(run.target.iterdir()) == []
+
+
+def test_nodes_started_with_the_wrong_rank_count_are_refused_with_the_command_to_use(two_nodes):
+    run = two_nodes(per_node=3)  # 6 ranks in all, for a plan of 8
+    code, launches = run.finish()
+    assert code != 0 and launches == [1, 1], run.output()  # every worker refused, so both nodes' agents failed
+    fill = run.data()["tests"]["tests_qual/test_fill.py::test_fill_pass[1]"]
+    assert fill["outcome"] == "ERROR" and fill["message"].endswith(
+        "could not start: torchrun started 6 ranks in all (--nnodes x --nproc-per-node) but the plan has 8; start it "
+        "with --nnodes 2 --nproc-per-node 4 on every node"
+    ), fill
+    assert processes_of(run.run_id) == {} and list(run.target.iterdir()) == []
+
+
+def test_each_node_reads_what_the_next_node_wrote():
+    def worker(rank: int, node: int, local_rank: int) -> Worker:
+        return Worker(rank, node, local_rank, "host", 1, "", HostSampler())
+
+    three_nodes = [worker(rank, rank // 2, rank % 2) for rank in range(6)]
+    assert shifted_readers(three_nodes, 3) == [2, 3, 4, 5, 0, 1]
+    interleaved = [worker(0, 1, 0), worker(1, 0, 0), worker(2, 1, 1), worker(3, 0, 1)]  # ranks need not follow nodes
+    assert shifted_readers(interleaved, 2) == [1, 0, 3, 2]
+
+
+def test_nodes_must_split_the_ranks_and_name_the_controller_and_the_host_limit_counts_ranks_per_node():
+    tiny = {"workload": "llama3-8b", "scale": "0.0002"}
+    with pytest.raises(SettingsError, match=r"^--nodes 3: the workload has 8 ranks, 2.66667 per node; use a number"):
+        resolve_settings({**tiny, "nodes": "3", "controller": "127.0.0.1:29400"})
+    with pytest.raises(SettingsError, match=r"^--nodes 2: .*; give --controller HOST:PORT"):
+        resolve_settings({**tiny, "nodes": "2"})
+    with pytest.raises(SettingsError, match=r"^--controller 'node0': must be HOST:PORT with a port from 1 to 65535"):
+        resolve_settings({**tiny, "nodes": "2", "controller": "node0"})
+    huge = {"workload": "llama3-1t", "scale": "1e-7"}
+    if host_rank_capacity() < 1024:  # not a host that runs them all
+        with pytest.raises(SettingsError, match=r"^--workload llama3-1t: 1024 ranks, but this host can run at most"):
+            resolve_settings(huge)
+    run = resolve_settings({**huge, "nodes": "128", "controller": "node0:29400"})  # 8 ranks per node fit any host
+    assert (run.nodes, run.controller, run.sources["nodes"]) == (128, "node0:29400", "command line")
