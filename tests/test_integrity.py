@@ -18,7 +18,7 @@ from ckptqual.io.engines.base import RankIO
 from ckptqual.io.payload import PayloadGenerator
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.runs import restore
-from ckptqual.runs.ranks import RankFailure, RankPool, _Task
+from ckptqual.runs.ranks import RankFailure, RankPool, Task
 
 SEED, RANK, CHECKPOINT = 77, 1, 5
 LAYER = FilePlan(
@@ -51,7 +51,7 @@ def write_checkpoint(root: Path, engine: str) -> Path:
 def read_back(directory: Path, engine: str, chunk_bytes: int = CHUNKS["pread"], plan: RankPlan = PLAN) -> dict:
     """The rank's verified read of the checkpoint, then its torch.load sample, as the rank runs them."""
     io = RankIO(PayloadGenerator(SEED), rank=RANK, checkpoint=CHECKPOINT, chunk_bytes=chunk_bytes)
-    task = _Task("read", CHECKPOINT, str(directory), plan, {"engine": engine})
+    task = Task("read", CHECKPOINT, str(directory), plan, {"engine": engine})
     assert restore.read_checkpoint_files(io, task) == plan.nbytes
     return restore.load_sample(io, task)
 
@@ -60,7 +60,7 @@ def failure(directory: Path, engine: str, chunk_bytes: int = CHUNKS["pread"], pl
     """The message of the verified read's failure (the torch.load sample is not needed to find the damage)."""
     io = RankIO(PayloadGenerator(SEED), rank=RANK, checkpoint=CHECKPOINT, chunk_bytes=chunk_bytes)
     with pytest.raises(restore.IntegrityError) as raised:
-        restore.read_checkpoint_files(io, _Task("read", CHECKPOINT, str(directory), plan, {"engine": engine}))
+        restore.read_checkpoint_files(io, Task("read", CHECKPOINT, str(directory), plan, {"engine": engine}))
     return str(raised.value)
 
 
@@ -355,11 +355,11 @@ def test_the_torch_load_sample_checks_what_torch_sees(tmp_path, engine):
     directory = write_checkpoint(tmp_path, engine)
     io = RankIO(PayloadGenerator(SEED), rank=RANK, checkpoint=CHECKPOINT)
     retyped = RankPlan(RANK, (LAYER, FilePlan(OPTIMIZER.path, (TensorSpec("state", 300_000, "bfloat16"),))))
-    task = _Task("read", CHECKPOINT, str(directory), retyped, {"engine": engine})
+    task = Task("read", CHECKPOINT, str(directory), retyped, {"engine": engine})
     with pytest.raises(restore.IntegrityError, match=r"gives tensor 0 as \('state', 'float32', 300000\)"):
         restore.load_sample(io, task)
     other_run = RankIO(PayloadGenerator(SEED + 1), rank=RANK, checkpoint=CHECKPOINT)
-    task = _Task("read", CHECKPOINT, str(directory), PLAN, {"engine": engine})
+    task = Task("read", CHECKPOINT, str(directory), PLAN, {"engine": engine})
     with pytest.raises(restore.IntegrityError, match="sees tensor 'state' at tensor offset 0 holding a block from"):
         restore.load_sample(other_run, task)
     _, start, _ = records(directory / OPTIMIZER.path)["archive/byteorder"]
