@@ -2,6 +2,8 @@
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -96,3 +98,32 @@ def test_ranks_report_their_cpu_time_and_the_host_is_sampled_over_the_timed_regi
     assert host.cpu_s_per_GB(timing.bytes) == pytest.approx(host.work_cpu_s / 0.04)
     if HostSampler(tmp_path).stat is not None:  # a block device under tmp_path: its busy time is sampled too
         assert host.device is not None and 0 <= host.device_busy <= 1
+
+
+KILLED_PARENT = """
+import sys
+from ckptqual.runs.ranks import RankPool, Task
+
+pool = RankPool(2, seed=1, timeout_s=60)
+pool._conns[0].send(Task("raw-write"))  # rank 0 alone: it waits at the barrier for rank 1, which never comes
+print(*pool.pids, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_ranks_end_when_their_run_is_killed_even_while_waiting_at_the_barrier():
+    """A run killed by SIGKILL cannot stop its ranks: each ends by itself once its parent is gone, also one that
+    waits at the barrier for a rank that never comes (it would never read the pipe's end of file)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        pids = [int(pid) for pid in child.stdout.readline().split()]
+        assert len(pids) == 2 and all(alive(pid) for pid in pids)
+    finally:
+        child.kill()
+        child.wait(timeout=60)
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in pids if alive(pid)], "ranks outlived their killed run"

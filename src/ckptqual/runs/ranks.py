@@ -32,6 +32,7 @@ from ckptqual.runs import raw, restore
 
 _STOP_GRACE_S = 5.0
 _TERM_WAIT_S = 0.5
+_PARENT_POLL_S = 0.5  # how soon a rank notices that its run is gone
 _KILL_WAIT_S = 2.0  # after SIGKILL: a process still alive then is stuck in the kernel and is abandoned
 START_TIMEOUT_S = 300.0  # spawning ranks imports torch in each: slow on a loaded host
 
@@ -194,11 +195,20 @@ _AFTER_TIMING: dict[str, Callable[[RankIO, Task], dict[str, Any]]] = {"read": re
 def _worker(rank: int, seed: int, chunk_bytes: int, conn: Connection, barrier: Any) -> None:
     """A rank's loop: wait for a task, meet the others at the barrier, do it, report; ends with its parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
+    threading.Thread(target=_end_with, args=(os.getppid(),), name="ckptqual-parent-watch", daemon=True).start()
     io = RankIO(PayloadGenerator(seed), rank=rank, chunk_bytes=chunk_bytes)
     with contextlib.suppress(EOFError, OSError):  # the parent is gone: nothing left to report to
         conn.send({"ready": True})
         while (task := conn.recv()).op != "stop":
             conn.send(run_task(io, task, barrier))
+
+
+def _end_with(parent: int) -> None:
+    """Ends this rank once `parent` is gone (a run killed by SIGKILL): the pipe's end of file reaches a rank only
+    between tasks, and one waiting at the barrier for a rank that never comes would wait forever."""
+    while os.getppid() == parent:
+        time.sleep(_PARENT_POLL_S)
+    os._exit(1)
 
 
 def run_task(io: RankIO, task: Task, barrier: Any) -> dict[str, Any]:
