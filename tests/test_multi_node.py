@@ -22,7 +22,9 @@ from ckptqual.config.run_settings import host_rank_capacity, resolve_settings
 from ckptqual.config.values import SettingsError
 from ckptqual.host.cpu import HostSampler
 from ckptqual.plan.workloads import load_workload
-from ckptqual.runs.cluster import Worker, shifted_readers
+from ckptqual.runs import cluster
+from ckptqual.runs.cluster import Pulse, Worker, shifted_readers
+from ckptqual.runs.node import STOP, beat_key
 from suite_runs import REPO, LiveSuite, lenient_drive, user_environment
 
 RANKS_PER_NODE = 4  # llama3-8b: 8 ranks over 2 nodes
@@ -266,3 +268,30 @@ def test_nodes_must_split_the_ranks_and_name_the_controller_and_the_host_limit_c
             resolve_settings(huge)
     run = resolve_settings({**huge, "nodes": "128", "controller": "node0:29400"})  # 8 ranks per node fit any host
     assert (run.nodes, run.controller, run.sources["nodes"]) == (128, "node0:29400", "command line")
+
+
+def test_the_controller_tells_ranks_that_stopped_beating_from_live_ranks_that_are_busy(monkeypatch):
+    """A node's death is told by its ranks' heartbeats, not by which ranks were quick to reply: a live rank still
+    writing when a peer lost the group is not named (the CI failure of a survivor named "stopped answering")."""
+    monkeypatch.setattr(cluster, "SILENT_S", 2.0)
+    port = free_port()
+    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    watch = "import sys; from ckptqual.runs.node import _watch; _watch(sys.argv[1], int(sys.argv[2]))"
+    live = [subprocess.Popen([sys.executable, "-c", watch, f"127.0.0.1:{port}", str(rank)]) for rank in (0, 1)]
+    try:
+        started_by = time.monotonic() + 60
+        while not all(store.add(beat_key(rank), 0) for rank in (0, 1)) and time.monotonic() < started_by:
+            time.sleep(0.1)
+        pulse = Pulse(store, 4)  # ranks 2 and 3 never beat: their node is gone
+        assert pulse.silent() == set()  # nothing is silent before SILENT_S has passed
+        deadline = time.monotonic() + 30
+        while not pulse.silent() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pulse.silent() == {2, 3}
+        time.sleep(2.5)  # the live ranks go on beating however long they are busy
+        assert pulse.silent() == {2, 3}
+        store.set(STOP, "")
+        assert [proc.wait(timeout=10) for proc in live] == [0, 0]  # each saw the stop and ended as planned
+    finally:
+        for proc in live:
+            proc.kill()

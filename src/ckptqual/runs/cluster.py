@@ -6,8 +6,9 @@ replies; the ranks of all nodes start each task together at a gloo barrier. Timi
 time is the slowest rank's of all nodes (each node's ranks timed on that node's clock from their common start), the
 throughput the aggregate, and each node's own figures are kept (CheckpointTiming.node_figures). Reads are shifted by
 one node (node i reads what node i+1 wrote), so that no node reads back from the page cache that wrote the files.
-A node that dies breaks the gloo group: the ranks left say so and end, the checkpoint fails at once naming the node,
-and every worker is told to stop; one that hangs fails it at --rank-timeout, as on one host.
+A node that dies breaks the gloo group: the ranks left say so, the controller names the ranks whose heartbeat stopped
+(Pulse) and fails the checkpoint, and every worker is told to stop; one that hangs fails it at --rank-timeout, as on one
+host.
 """
 
 from __future__ import annotations
@@ -29,7 +30,17 @@ import torch.distributed as dist
 from ckptqual.host.cpu import HostSampler, at_once
 from ckptqual.io.engines.base import DEFAULT_CHUNK_BYTES
 from ckptqual.plan.model import RankPlan
-from ckptqual.runs.node import CONNECT_TIMEOUT_S, EVENTS, RUN, STOP, split_address, starttime, task_queue
+from ckptqual.runs.node import (
+    BEAT_S,
+    CONNECT_TIMEOUT_S,
+    EVENTS,
+    RUN,
+    STOP,
+    beat_key,
+    split_address,
+    starttime,
+    task_queue,
+)
 from ckptqual.runs.ranks import (
     START_TIMEOUT_S,
     CheckpointTiming,
@@ -46,7 +57,7 @@ from ckptqual.runs.ranks import (
 
 READS = ("read", "raw-read")  # operations whose ranks read what the next node wrote
 _POLL_S = 0.05
-_LOST_GRACE_S = 2.0  # once a rank lost its peers: quiet time after which the ranks that said nothing are named
+SILENT_S = 10 * BEAT_S  # a rank whose heartbeat has not moved for this long is gone (or its host is)
 _STOP_GRACE_S = 5.0  # after the stop at the end of a run: time for the workers to go
 _LEAVE_WAIT_S = 2.0  # after any stop: more time for the workers to go, before those here are killed
 _LATE_WAIT_S = 30.0  # after a stop before every rank had joined: time for the late ones to come and be told
@@ -83,6 +94,27 @@ class Worker:
 
     def __str__(self) -> str:
         return f"rank {self.rank} on node {self.node} (host {self.hostname}, PID {self.pid})"
+
+
+class Pulse:
+    """Which ranks' workers have stopped beating (runs.node._watch), as seen from the controller's store."""
+
+    def __init__(self, store: dist.Store, ranks: int) -> None:
+        self._store, self._ranks = store, ranks
+        self._beats: dict[int, tuple[int, float]] = {}  # rank: (its count, when the controller saw it change)
+        self._looked = -BEAT_S
+
+    def silent(self) -> set[int]:
+        """The ranks whose heartbeat has not moved for SILENT_S since the first look; the store is read at most once
+        per BEAT_S."""
+        now = time.monotonic()
+        if now - self._looked >= BEAT_S:
+            self._looked = now
+            for rank in range(self._ranks):
+                count = self._store.add(beat_key(rank), 0)
+                if self._beats.get(rank, (None, 0.0))[0] != count:
+                    self._beats[rank] = (count, now)
+        return {rank for rank, (_, changed) in self._beats.items() if now - changed > SILENT_S}
 
 
 def shifted_readers(workers: list[Worker], nodes: int) -> list[int]:
@@ -194,20 +226,23 @@ class NodePool(Pool):
         return NodeTiming(node, members[0].hostname, use, (node + 1) % self.nodes if op in READS else None)
 
     def _collect(self, what: str) -> list[dict[str, Any]]:
-        """Every rank's reply; a rank that lost its peers, or the timeout, stops the pool."""
+        """Every rank's reply. Once a rank lost its peers, the ranks whose heartbeat stopped are named and the pool
+        stops; if every rank lost its peers, or at the timeout, it stops too."""
         deadline = time.monotonic() + self.timeout_s
         replies: dict[int, dict[str, Any]] = {}
         lost: dict[int, str] = {}
-        heard = time.monotonic()
+        pulse = Pulse(self._store, self.ranks)
         while len(replies) < self.ranks or lost:
             for kind, rank, *body in self._events():
-                heard = time.monotonic()
                 if kind == "reply":
                     replies[rank] = body[0]
                 elif kind == "lost":
                     lost[rank] = body[0]
-            if lost and (time.monotonic() - heard > _LOST_GRACE_S or len(replies) + len(lost) >= 2 * self.ranks):
-                raise self._stop(self._lost_reason(what, lost), "crash")
+            silent = pulse.silent() - set(lost) if lost else set()
+            if silent or len(lost) == self.ranks:
+                raise self._stop(self._lost_reason(what, lost, silent), "crash")
+            if time.monotonic() > deadline and lost:  # the rest are alive but did not say: waiting on a peer
+                raise self._stop(self._lost_reason(what, lost, set(range(self.ranks)) - set(lost)), "crash")
             if time.monotonic() > deadline:
                 late = [w for w in self.workers if w.rank not in replies]
                 raise self._stop(*late_reason({w.rank: w.state() for w in late}, what, self.timeout_s))
@@ -217,17 +252,15 @@ class NodePool(Pool):
             raise failure
         return [replies[rank] for rank in range(self.ranks)]
 
-    def _lost_reason(self, what: str, lost: dict[int, str]) -> str:
-        """Which ranks fell silent (whole nodes named as such) and which rank saw its peers go, and how. Every rank left
-        says it lost its peers (after its reply, if it got that far): one that did not is gone or stuck."""
+    def _lost_reason(self, what: str, lost: dict[int, str], silent: set[int]) -> str:
+        """Which ranks fell `silent` (whole nodes named as such) and which rank saw its peers go, and how."""
         witness, line = min(lost.items())
         told = f"rank {witness} on node {self.workers[witness].node} lost its peers ({line})"
-        silent = [w for w in self.workers if w.rank not in lost]
         if not silent:
             return f"the ranks lost each other during {what}: {told}"
         parts = []
-        for node in sorted({w.node for w in silent}):
-            ranks = [w for w in silent if w.node == node]
+        for node in sorted({self.workers[rank].node for rank in silent}):
+            ranks = [w for w in self.workers if w.node == node and w.rank in silent]
             if len(ranks) == sum(w.node == node for w in self.workers):
                 parts.append(f"node {node} (host {ranks[0].hostname}, all its {len(ranks)} ranks)")
             else:

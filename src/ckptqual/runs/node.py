@@ -15,6 +15,7 @@ import pickle
 import re
 import socket
 import threading
+import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -30,12 +31,18 @@ from ckptqual.runs.ranks import RankFailure, Task, run_task
 # Keys of the controller's store.
 RUN, STOP, EVENTS = "ckptqual/run", "ckptqual/stop", "ckptqual/events"
 CONNECT_TIMEOUT_S = 300.0  # how long a worker waits for the controller to come up
-_IDLE_WAIT_S = 3600.0  # one blocking wait for the next task or the stop; repeated while the controller is there
+_IDLE_WAIT_S = 3600.0  # one blocking wait for the next task; repeated while the controller is there
+BEAT_S = 0.5  # how often a worker tells the controller it is alive (and looks for the stop)
 
 
 def task_queue(rank: int) -> str:
     """The key of the queue of `rank`'s tasks."""
     return f"ckptqual/tasks/{rank}"
+
+
+def beat_key(rank: int) -> str:
+    """The key of `rank`'s heartbeat counter."""
+    return f"ckptqual/beat/{rank}"
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -165,16 +172,14 @@ def _next_task(store: dist.Store, rank: int) -> tuple[int, Task]:
 
 
 def _watch(controller: str, rank: int) -> None:
-    """Ends this process once the controller says stop (0 when the run ended as planned) or is gone (1)."""
+    """Beats for this rank every BEAT_S, so that the controller tells a live rank from a dead one, and ends this process
+    once the controller says stop (0 when the run ended as planned) or is gone (1)."""
     store = connect(controller, CONNECT_TIMEOUT_S)
     code = 1
     try:
-        while True:
-            try:
-                store.wait([STOP], timedelta(seconds=_IDLE_WAIT_S))
-                break
-            except dist.DistStoreError:
-                continue
+        while not store.check([STOP]):
+            store.add(beat_key(rank), 1)
+            time.sleep(BEAT_S)
         code = 0 if store.get(STOP) == b"" else 1
     finally:
         _leave(store, rank, code)
