@@ -3,9 +3,12 @@ with its own verdict, results and test IDs; a drive that cannot run fails alone.
 a real (too small) tmpfs, as a user runs them."""
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,18 @@ from ckptqual.config.values import SettingsError
 from ckptqual.host.identity import identify
 from ckptqual.host.topology import pci_chain, shared_parents
 from ckptqual.runs.fill import CheckpointRecord, PassResult
-from suite_runs import HOST_LIMITED, SMALL, junit_cases, lenient_drive, results, run_suite
+from suite_runs import (
+    HOST_LIMITED,
+    REPO,
+    SMALL,
+    LiveSuite,
+    junit_cases,
+    lenient_drive,
+    results,
+    run_suite,
+    suite_command,
+    user_environment,
+)
 
 TESTS = ("test_fill.py", "test_restore.py")
 
@@ -145,6 +159,102 @@ def test_pytest_benchmark_is_off_under_xdist_and_ckptqual_compare_takes_the_driv
     done = subprocess.run(compare, capture_output=True, text=True, timeout=120)
     assert done.returncode in (0, 1), done.stderr  # 1: a regression between the two drives, also an answer
     assert re.search(r"pass1 .*pass2 .*restore", " ".join(done.stdout.split())), done.stdout
+
+
+def children_of(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(entry.read_text().rpartition(")")[2].split()[1]) == pid:
+                found.add(int(entry.parent.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def test_a_drive_whose_worker_crashes_is_not_qualified_and_its_results_file_says_why(tmp_path):
+    """A worker killed mid-pass (as the OOM killer does): xdist runs the drive's other tests on a new worker, which
+    qualifies the drive again from the start; the gate, the drive's JUnit case and its results file still say that
+    the drive was not qualified in one run, and why. The other drive is judged as usual."""
+    out = empty_target(tmp_path, "out")
+    drive = lenient_drive(out / "lenient.toml", "lenient drive")
+    targets = [empty_target(tmp_path, "first"), empty_target(tmp_path, "second")]
+    arguments = [arg for target in targets for arg in ("--target", str(target))]
+    small = [*SMALL[:-3], "8", *SMALL[-2:]]  # 8 checkpoints per pass: time to be killed in pass 1
+    suite = LiveSuite(
+        out / "log", *small, "-n", "2", "--drive", str(drive), *arguments, "--junitxml", str(out / "q.xml"),
+        "--results", str(out / "q.json"), tests=TESTS,
+    )  # fmt: skip
+    suite.wait_for("[first] ckptqual: pass 1 checkpoint 1/8")
+    (run_dir,) = targets[0].glob("ckptqual-run-*")  # ckptqual-run-DATE-TIME-PID-ID: the PID of the worker
+    worker = int(run_dir.name.split("-")[4])
+    ranks = children_of(worker)
+    os.kill(worker, signal.SIGKILL)
+    code = suite.finish()
+    output = suite.output()
+    assert code == 1, output[-4000:]
+    assert "replacing crashed worker" in output, output[-4000:]
+    crash = r"worker gw\d crashed while running tests_qual/test_fill.py::test_fill_pass\[first-1\] \(its process died"
+    first = results(out / "q.first.json")["verdict"]
+    assert first["overall"] != "QUALIFIED" and re.match(crash, first["reasons"][0]), first
+    assert f"`ckptqual clean {targets[0]}`" in first["reasons"][0]
+    index = results(out / "q.json")
+    assert index["drives"]["first"]["verdict"] == first and index["verdict"]["overall"] != "QUALIFIED"
+    assert not any("crashed" in reason for reason in results(out / "q.second.json")["verdict"]["reasons"])
+    cases = junit_cases(out / "q.xml")
+    assert (
+        cases["verdict[first]"]["outcome"] == "failure"
+        and "crashed while running" in cases["verdict[first]"]["message"]
+    )
+    assert cases["test_fill_pass[first-1]"]["outcome"] == "failure"
+    assert re.search(crash, cases["verdict"]["message"]), cases["verdict"]
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in ranks if Path(f"/proc/{pid}").exists()]  # the killed worker's ranks ended too
+    left = sorted(path.name for path in targets[0].iterdir())
+    assert left == [".ckptqual-target", run_dir.name]  # the killed run's, for `ckptqual clean`
+    assert list(targets[1].iterdir()) == []
+
+
+def test_ctrl_c_of_a_parallel_run_leaves_every_drive_incomplete_in_its_own_results_and_the_targets_clean(tmp_path):
+    """Ctrl-C in a terminal reaches the controller and every worker (one process group): the workers stop before
+    they write a verdict, so the controller writes its own into each drive's results file."""
+    out = empty_target(tmp_path, "out")
+    drive = lenient_drive(out / "lenient.toml", "lenient drive")
+    targets = [empty_target(tmp_path, "first"), empty_target(tmp_path, "second")]
+    arguments = [arg for target in targets for arg in ("--target", str(target))]
+    small = [*SMALL[:-3], "8", *SMALL[-2:]]
+    command = suite_command(
+        *small, "-n", "2", "--drive", str(drive), *arguments, "--junitxml", str(out / "q.xml"), "--results",
+        str(out / "q.json"), tests=TESTS,
+    )  # fmt: skip
+    log = out / "log"
+    with log.open("w") as sink:
+        run = subprocess.Popen(command, cwd=REPO, env=user_environment(), stdout=sink, stderr=subprocess.STDOUT,
+                               start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while "ckptqual: pass 1 checkpoint 2/8" not in log.read_text() and time.monotonic() < deadline:
+            assert run.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.1)
+        os.killpg(run.pid, signal.SIGINT)
+        assert run.wait(timeout=120) == 2, log.read_text()[-3000:]
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    output = log.read_text()
+    assert output.rstrip().splitlines()[-1].startswith("ckptqual verdict: INCOMPLETE: first INCOMPLETE"), output[-3000:]
+    index = results(out / "q.json")
+    assert index["verdict"]["overall"] == "INCOMPLETE" and list(index["drives"]) == ["first", "second"]
+    cases = junit_cases(out / "q.xml")
+    for label, target in zip(("first", "second"), targets, strict=True):
+        data = results(out / f"q.{label}.json")
+        assert data["verdict"]["overall"] == "INCOMPLETE", data["verdict"]
+        assert "interrupted by SIGINT (Ctrl-C)" in data["verdict"]["reasons"][0], data["verdict"]
+        assert data["verdict"] == index["drives"][label]["verdict"]
+        assert cases[f"verdict[{label}]"]["outcome"] == "failure"
+        assert data["cleanup"]["removed"] is True and list(target.iterdir()) == []
 
 
 def test_without_n_the_drives_of_a_list_file_are_qualified_one_after_another(tmp_path):

@@ -16,7 +16,8 @@ from ckptqual.config.drives import drive_targets
 from ckptqual.config.run_settings import RunSettings
 from ckptqual.config.values import SettingsError
 from ckptqual.pytest_plugin.options import DRIVE, DriveRun, drive_runs
-from ckptqual.report.drives import drive_row, missing_row
+from ckptqual.report.drives import crashed_row, drive_row, missing_row
+from ckptqual.report.record import RunRecord
 
 try:
     from xdist.scheduler import LoadScopeScheduling
@@ -27,6 +28,7 @@ DRIVE_ARG = "ckptqual_drive"
 INDEX = pytest.StashKey[dict[str, Any]]()  # the index of a run over several drives (report.drives), once made
 _ROWS = pytest.StashKey[dict[str, dict[str, Any]]]()  # each drive's row, as the workers sent them
 _SELECTED = pytest.StashKey[set[str]]()  # the drives whose tests some worker had selected
+_CRASHES = pytest.StashKey[dict[str, str]]()  # why a drive's verdict cannot stand: its worker died in one of its tests
 _ROWS_KEY, _SELECTED_KEY = "ckptqual_drives", "ckptqual_selected"
 _ORDER = pytest.StashKey[int]()  # a test's place in the collection
 _COLLECTED = pytest.StashKey[int]()
@@ -116,21 +118,60 @@ def send_rows(config: pytest.Config, runs: list[DriveRun], selected: list[DriveR
     config.workeroutput[_SELECTED_KEY] = [run.label for run in selected]
 
 
-def gathered_rows(config: pytest.Config, runs: list[DriveRun]) -> list[dict[str, Any]]:
-    """On the controller, each selected drive's row: as its worker sent it, else from its results file, else a row
-    saying that nothing came back."""
+def gathered_rows(config: pytest.Config, runs: list[DriveRun], interruption: str | None) -> list[dict[str, Any]]:
+    """On the controller, each selected drive's row (every drive's, if the run was interrupted): as its worker sent
+    it, else from its results file, else a row saying that nothing came back; a drive whose worker crashed is at best
+    INCOMPLETE, with the crash first."""
     rows, selected = config.stash.get(_ROWS, {}), config.stash.get(_SELECTED, set())
+    crashes = config.stash.get(_CRASHES, {})
+    unjudged = f"{interruption} before the drive's worker recorded a verdict" if interruption else None
     found = []
     for run in runs:
         results = run.settings.results
         if run.label in rows:
-            found.append(rows[run.label])
-        elif run.label in selected and results is not None and Path(results).is_file():
-            found.append(drive_row(run.label, json.loads(Path(results).read_text())))
-        elif run.label in selected:
-            why = "no result came back from the worker that qualified it (see its output above)"
-            found.append(missing_row(run.label, run.settings.target, results, why))
+            row = rows[run.label]
+        elif not (run.label in selected or run.label in crashes or interruption):
+            continue
+        elif results is not None and Path(results).is_file():
+            row = drive_row(run.label, json.loads(Path(results).read_text()), unjudged)
+        else:
+            why = unjudged or "no result came back from the worker that qualified it (see its output above)"
+            row = missing_row(run.label, run.settings.target, results, why)
+        found.append(crashed_row(row, crashes[run.label]) if run.label in crashes else row)
     return found
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """After the workers ended (xdist ends them at session finish): each drive's verdict, as the controller gave it,
+    goes into the drive's results file where that file says otherwise or nothing (its worker crashed, or was stopped
+    by Ctrl-C before its verdict reached the controller), so that every drive's file says what the gate says."""
+    index = config.stash.get(INDEX, None)
+    if index is None or is_worker(config):
+        return
+    for row in index["drives"].values():
+        path = Path(row["results"]) if row["results"] else None
+        if path is None or not path.is_file():
+            continue
+        record = RunRecord.reopen(path)
+        if record.data.get("verdict") != row["verdict"]:
+            record.data["verdict"] = row["verdict"]
+            record.save()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+    """Notes the drive whose worker died while running `crashitem` (killed, out of memory): xdist runs the drive's
+    remaining tests on a new worker, which starts the drive's qualification again, so no verdict of it can stand."""
+    label = drive_of(crashitem, sched.config)
+    if label is None:
+        return
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
+    target = drive_run(sched.config, label).settings.target
+    sched.config.stash.setdefault(_CRASHES, {})[label] = (
+        f"worker {worker} crashed while running {crashitem} (its process died: killed, or out of memory; see dmesg), "
+        f"so the drive was not qualified in one run; remove what it left with `ckptqual clean {target}` and qualify "
+        f"the drive again"
+    )
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -168,6 +209,12 @@ class DriveScheduling(LoadScopeScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         """The drive whose label opens the test's id (`nvme1` in `...::test_fill_pass[nvme1-2]`), else the test."""
-        match = re.search(r"\[([A-Za-z0-9_.]+)[-\]]", nodeid.rsplit("::", 1)[-1])
-        labels = {run.label for run in drive_runs(self.config)}
-        return f"drive {match.group(1)}" if match and match.group(1) in labels else nodeid
+        label = drive_of(nodeid, self.config)
+        return f"drive {label}" if label is not None else nodeid
+
+
+def drive_of(nodeid: str, config: pytest.Config) -> str | None:
+    """The label of the drive whose label opens the test's id (`nvme1` in `...::test_fill_pass[nvme1-2]`), if any."""
+    match = re.search(r"\[([A-Za-z0-9_.]+)[-\]]", nodeid.rsplit("::", 1)[-1])
+    labels = {run.label for run in drive_runs(config)}
+    return match.group(1) if match and match.group(1) in labels else None

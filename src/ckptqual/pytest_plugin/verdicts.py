@@ -187,7 +187,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         send_rows(config, runs, selected_runs(session.items))
         return
     if len(resolved_runs(config)) > 1:
-        run_verdict = _report_drives(session, resolved_runs(config))
+        run_verdict = _report_drives(session, resolved_runs(config), interruption)
     elif runs:
         run_verdict = runs[0].verdict
         _report_health(session, runs[0].record.data.get("health", {}).get("message"))
@@ -218,12 +218,15 @@ def _drive_verdict(session: pytest.Session, run: DriveRun, interruption: str | N
     return run_verdict
 
 
-def _report_drives(session: pytest.Session, runs: list[DriveRun]) -> RunVerdict:
+def _report_drives(session: pytest.Session, runs: list[DriveRun], interruption: str | None) -> RunVerdict:
     """Every drive's verdict as a test case of its own, what they share on the host, the index of the run at
     --results, and the run's verdict: QUALIFIED only if every drive's is."""
     config = session.config
     local = [run for run in runs if run.record is not None]
-    rows = [drive_row(run.label, run.record.data) for run in local] if local else gathered_rows(config, runs)
+    if local:
+        rows = [drive_row(run.label, run.record.data) for run in local]
+    else:
+        rows = gathered_rows(config, runs, interruption)
     verdicts = {row["label"]: RunVerdict(Overall(row["verdict"]["overall"]), tuple(row["verdict"]["reasons"]))
                 for row in rows}  # fmt: skip
     for row in rows:

@@ -13,10 +13,10 @@ from ckptqual.runs.fill import MIN_GENERATOR_HEADROOM
 _SEVERITY = ("ERROR", "INTERRUPTED", "NOT_RUN", "INVALID", "FAIL", "NOT_STEADY", "MARGINAL", "PASS", "SKIPPED")
 
 
-def drive_row(label: str, data: dict[str, Any]) -> dict[str, Any]:
-    """What the side-by-side table and the index keep of one drive's record."""
+def drive_row(label: str, data: dict[str, Any], unjudged: str | None = None) -> dict[str, Any]:
+    """What the side-by-side table and the index keep of one drive's record; `unjudged`: why it has no verdict."""
     settings = data.get("settings", {})
-    verdict = data.get("verdict") or {"overall": "INCOMPLETE", "reasons": ["no verdict was recorded"]}
+    verdict = data.get("verdict") or {"overall": "INCOMPLETE", "reasons": [unjudged or "no verdict was recorded"]}
     return {
         "label": label,
         "target": data.get("target", {}).get("path", settings.get("target")),
@@ -37,6 +37,13 @@ def missing_row(label: str, target: object, results: object, why: str) -> dict[s
     return {"label": label, "target": str(target), "drive": None, "results": results, "outcomes": {},
             "verdict": verdict, "devices": [], "payload_cores": None, "health": None,
             "drives_at_once": 1}  # fmt: skip
+
+
+def crashed_row(row: dict[str, Any], why: str) -> dict[str, Any]:
+    """The row of a drive whose worker crashed during one of its tests: at best INCOMPLETE, `why` its first reason."""
+    verdict = row["verdict"]
+    overall = "INCOMPLETE" if verdict["overall"] == "QUALIFIED" else verdict["overall"]
+    return {**row, "verdict": {**verdict, "overall": overall, "reasons": [why, *verdict["reasons"]]}}
 
 
 def payload_cores(data: dict[str, Any]) -> float | None:

@@ -52,6 +52,13 @@ class RunRecord:
         )
 
     @classmethod
+    def reopen(cls, path: Path) -> RunRecord:
+        """The record a results file holds, to amend and save again."""
+        record = cls(path)
+        record.data = json.loads(path.read_text())
+        return record
+
+    @classmethod
     def begin(cls, settings: RunSettings) -> RunRecord:
         """The record of a run, begun before anything touches the target, so that a run that cannot start says why."""
         record = cls(settings.results)
