@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -206,7 +207,10 @@ def test_a_drive_whose_worker_crashes_is_not_qualified_and_its_results_file_says
         cases["verdict[first]"]["outcome"] == "failure"
         and "crashed while running" in cases["verdict[first]"]["message"]
     )
-    assert cases["test_fill_pass[first-1]"]["outcome"] == "failure"
+    # xdist reports the crashed test as an error, then runs it again on the new worker: the XML holds both.
+    first_pass = [case for case in ElementTree.parse(out / "q.xml").iter("testcase")
+                  if case.get("name") == "test_fill_pass[first-1]"]  # fmt: skip
+    assert any("crashed while running" in "".join(case.itertext()) for case in first_pass)
     assert re.search(crash, cases["verdict"]["message"]), cases["verdict"]
     deadline = time.monotonic() + 10
     while any(Path(f"/proc/{pid}").exists() for pid in ranks) and time.monotonic() < deadline:
