@@ -232,6 +232,22 @@ def test_a_killed_node_fails_the_run_on_both_nodes_within_the_rank_timeout_and_n
     assert data["cleanup"]["removed"] is True and list(run.target.iterdir()) == []
 
 
+def test_ctrl_c_of_the_controller_ends_every_node_and_cleans_the_shared_target(two_nodes):
+    """Ctrl-C at the controller's terminal (node 0's pytest; the other nodes' torchrun launches get no signal): the
+    run is INCOMPLETE, every worker and agent on every node ends, and the shared target is left clean."""
+    run = two_nodes("--checkpoints-per-pass", "50", "--passes", "1")
+    run.suite.wait_for("ckptqual: pass 1 checkpoint 2/50")
+    run.suite.process.send_signal(signal.SIGINT)
+    code, launches = run.finish(timeout_s=120)
+    assert code == 2, run.output()
+    assert launches == [1, 1], (launches, run.output())  # both nodes' agents ended: their workers were stopped
+    assert processes_of(run.run_id) == {}, run.output()
+    data = run.data()
+    assert data["verdict"]["overall"] == "INCOMPLETE" and "interrupted by SIGINT" in data["verdict"]["reasons"][0]
+    assert data["tests"]["tests_qual/test_fill.py::test_fill_pass[1]"]["outcome"] == "INTERRUPTED"
+    assert data["cleanup"]["removed"] is True and list(run.target.iterdir()) == []
+
+
 def test_nodes_started_with_the_wrong_rank_count_are_refused_with_the_command_to_use(two_nodes):
     run = two_nodes(per_node=3)  # 6 ranks in all, for a plan of 8
     code, launches = run.finish()
