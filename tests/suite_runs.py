@@ -40,7 +40,11 @@ class LiveSuite:
     """The suite running in the background, its output going to a file (a process stuck in the kernel keeps a
     pipe open forever; a file does not hold the test up)."""
 
-    def __init__(self, log: Path, *args: str, tests: tuple[str, ...] = ("test_fill.py",), env=None) -> None:
+    def __init__(
+        self, log: Path, *args: str, tests: tuple[str, ...] = ("test_fill.py",), env=None, own_group: bool = False
+    ) -> None:
+        """`own_group`: in a process group of its own, as a terminal starts it, so that one signal reaches the
+        controller and every xdist worker (a terminal's Ctrl-C)."""
         self.log = log
         with log.open("w") as out:
             self.process = subprocess.Popen(
@@ -49,6 +53,7 @@ class LiveSuite:
                 env=user_environment(env),
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                start_new_session=own_group,
             )
 
     def wait_for(self, text: str, timeout_s: float = 300) -> None:
@@ -71,6 +76,20 @@ class LiveSuite:
         except subprocess.TimeoutExpired:
             self.process.kill()
             raise AssertionError(f"the run did not end within {timeout_s} s:\n{self.output()[-3000:]}") from None
+
+
+def parent(pid: int) -> int | None:
+    """The parent PID of a process, from /proc; None once it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def children_of(pid: int) -> set[int]:
+    """The live child processes of `pid`."""
+    pids = (int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit())
+    return {child for child in pids if parent(child) == pid}
 
 
 def lenient_drive(path: Path, name: str, extra_limits: str = "") -> Path:

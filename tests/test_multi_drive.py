@@ -22,15 +22,13 @@ from ckptqual.host.topology import pci_chain, shared_parents
 from ckptqual.runs.fill import CheckpointRecord, PassResult
 from suite_runs import (
     HOST_LIMITED,
-    REPO,
     SMALL,
     LiveSuite,
+    children_of,
     junit_cases,
     lenient_drive,
     results,
     run_suite,
-    suite_command,
-    user_environment,
 )
 
 TESTS = ("test_fill.py", "test_restore.py")
@@ -162,30 +160,26 @@ def test_pytest_benchmark_is_off_under_xdist_and_ckptqual_compare_takes_the_driv
     assert re.search(r"pass1 .*pass2 .*restore", " ".join(done.stdout.split())), done.stdout
 
 
-def children_of(pid: int) -> set[int]:
-    found = set()
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(entry.read_text().rpartition(")")[2].split()[1]) == pid:
-                found.add(int(entry.parent.name))
-        except (OSError, ValueError):
-            continue
-    return found
+def two_drives_live(tmp_path: Path, own_group: bool = False) -> tuple[LiveSuite, Path, list[Path]]:
+    """Two directory targets qualified under -n 2 in the background, 8 checkpoints per pass (time to act in pass
+    1): the run, its output folder and the targets."""
+    out = empty_target(tmp_path, "out")
+    drive = lenient_drive(out / "lenient.toml", "lenient drive")
+    targets = [empty_target(tmp_path, "first"), empty_target(tmp_path, "second")]
+    arguments = [arg for target in targets for arg in ("--target", str(target))]
+    small = [*SMALL[:-3], "8", *SMALL[-2:]]
+    suite = LiveSuite(
+        out / "log", *small, "-n", "2", "--drive", str(drive), *arguments, "--junitxml", str(out / "q.xml"),
+        "--results", str(out / "q.json"), tests=TESTS, own_group=own_group,
+    )  # fmt: skip
+    return suite, out, targets
 
 
 def test_a_drive_whose_worker_crashes_is_not_qualified_and_its_results_file_says_why(tmp_path):
     """A worker killed mid-pass (as the OOM killer does): xdist runs the drive's other tests on a new worker, which
     qualifies the drive again from the start; the gate, the drive's JUnit case and its results file still say that
     the drive was not qualified in one run, and why. The other drive is judged as usual."""
-    out = empty_target(tmp_path, "out")
-    drive = lenient_drive(out / "lenient.toml", "lenient drive")
-    targets = [empty_target(tmp_path, "first"), empty_target(tmp_path, "second")]
-    arguments = [arg for target in targets for arg in ("--target", str(target))]
-    small = [*SMALL[:-3], "8", *SMALL[-2:]]  # 8 checkpoints per pass: time to be killed in pass 1
-    suite = LiveSuite(
-        out / "log", *small, "-n", "2", "--drive", str(drive), *arguments, "--junitxml", str(out / "q.xml"),
-        "--results", str(out / "q.json"), tests=TESTS,
-    )  # fmt: skip
+    suite, out, targets = two_drives_live(tmp_path)
     suite.wait_for("[first] ckptqual: pass 1 checkpoint 1/8")
     (run_dir,) = targets[0].glob("ckptqual-run-*")  # ckptqual-run-DATE-TIME-PID-ID: the PID of the worker
     worker = int(run_dir.name.split("-")[4])
@@ -224,30 +218,11 @@ def test_a_drive_whose_worker_crashes_is_not_qualified_and_its_results_file_says
 def test_ctrl_c_of_a_parallel_run_leaves_every_drive_incomplete_in_its_own_results_and_the_targets_clean(tmp_path):
     """Ctrl-C in a terminal reaches the controller and every worker (one process group): the workers stop before
     they write a verdict, so the controller writes its own into each drive's results file."""
-    out = empty_target(tmp_path, "out")
-    drive = lenient_drive(out / "lenient.toml", "lenient drive")
-    targets = [empty_target(tmp_path, "first"), empty_target(tmp_path, "second")]
-    arguments = [arg for target in targets for arg in ("--target", str(target))]
-    small = [*SMALL[:-3], "8", *SMALL[-2:]]
-    command = suite_command(
-        *small, "-n", "2", "--drive", str(drive), *arguments, "--junitxml", str(out / "q.xml"), "--results",
-        str(out / "q.json"), tests=TESTS,
-    )  # fmt: skip
-    log = out / "log"
-    with log.open("w") as sink:
-        run = subprocess.Popen(command, cwd=REPO, env=user_environment(), stdout=sink, stderr=subprocess.STDOUT,
-                               start_new_session=True)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 300
-        while "ckptqual: pass 1 checkpoint 2/8" not in log.read_text() and time.monotonic() < deadline:
-            assert run.poll() is None, log.read_text()[-3000:]
-            time.sleep(0.1)
-        os.killpg(run.pid, signal.SIGINT)
-        assert run.wait(timeout=120) == 2, log.read_text()[-3000:]
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-    output = log.read_text()
+    suite, out, targets = two_drives_live(tmp_path, own_group=True)
+    suite.wait_for("ckptqual: pass 1 checkpoint 2/8")
+    os.killpg(suite.process.pid, signal.SIGINT)
+    assert suite.finish(timeout_s=120) == 2, suite.output()[-3000:]
+    output = suite.output()
     assert output.rstrip().splitlines()[-1].startswith("ckptqual verdict: INCOMPLETE: first INCOMPLETE"), output[-3000:]
     index = results(out / "q.json")
     assert index["verdict"]["overall"] == "INCOMPLETE" and list(index["drives"]) == ["first", "second"]

@@ -25,7 +25,7 @@ from ckptqual.plan.workloads import load_workload
 from ckptqual.runs import cluster
 from ckptqual.runs.cluster import Pulse, Worker, shifted_readers
 from ckptqual.runs.node import STOP, beat_key
-from suite_runs import REPO, LiveSuite, lenient_drive, user_environment
+from suite_runs import REPO, LiveSuite, lenient_drive, parent, user_environment
 
 RANKS_PER_NODE = 4  # llama3-8b: 8 ranks over 2 nodes
 # How long a torchrun agent waits on a call to the rendezvous store (hosted by one of the agents) before it gives up:
@@ -201,10 +201,6 @@ def test_two_nodes_write_exactly_their_planned_files_and_the_slowest_rank_is_the
     host_limited = ("host-bound", "verification was the bottleneck")  # this busy host's, not the files'
     assert restored["outcome"] in ("PASS", "MARGINAL") or any(why in restored["message"] for why in host_limited)
     assert processes_of(run.run_id) == {}
-
-
-def parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
 
 def test_a_killed_node_fails_the_run_on_both_nodes_within_the_rank_timeout_and_nothing_is_left(two_nodes):

@@ -165,7 +165,7 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
     label = drive_of(crashitem, sched.config)
     if label is None:
         return
-    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
+    worker = report.node.gateway.id  # xdist's crash report carries the worker that died
     target = drive_run(sched.config, label).settings.target
     sched.config.stash.setdefault(_CRASHES, {})[label] = (
         f"worker {worker} crashed while running {crashitem} (its process died: killed, or out of memory; see dmesg), "

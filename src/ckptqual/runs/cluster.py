@@ -241,9 +241,9 @@ class NodePool(Pool):
             silent = pulse.silent() - set(lost) if lost else set()
             if silent or len(lost) == self.ranks:
                 raise self._stop(self._lost_reason(what, lost, silent), "crash")
-            if time.monotonic() > deadline and lost:  # the rest are alive but did not say: waiting on a peer
-                raise self._stop(self._lost_reason(what, lost, set(range(self.ranks)) - set(lost)), "crash")
             if time.monotonic() > deadline:
+                if lost:  # the rest are alive but did not say: waiting on a peer
+                    raise self._stop(self._lost_reason(what, lost, set(range(self.ranks)) - set(lost)), "crash")
                 late = [w for w in self.workers if w.rank not in replies]
                 raise self._stop(*late_reason({w.rank: w.state() for w in late}, what, self.timeout_s))
             time.sleep(_POLL_S)
