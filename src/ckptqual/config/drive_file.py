@@ -1,4 +1,5 @@
-"""Drive files (thresholds/<drive>.toml), read once: [drive], the settings table's sections, and [[limit]] blocks.
+"""Drive files (thresholds/<drive>.toml), read once: [drive], the settings table's sections, [verdict] (the parts the
+verdict requires) and [[limit]] blocks.
 
 Every key is checked on load; a problem is one SettingsError naming the file, the key, the value and the fix.
 Messages number the `[[limit]]` blocks from 1.
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckptqual.config.table import SETTINGS, Setting
+from ckptqual.config.table import PARTS, SETTINGS, Setting
 from ckptqual.config.values import FLAG, TEXT, KeyTable, Kind, SettingsError, choice, list_of, number, size, whole
 from ckptqual.io.readers import TRANSFERS
 from ckptqual.limits.limits import BASELINES, DRIVE_STATES, MEASUREMENTS, Limit, limits_for
@@ -38,6 +39,15 @@ class DriveFile:
     drive: DriveInfo
     values: Mapping[str, Any]
     limits: tuple[Limit, ...]
+    requires: tuple[str, ...] = ()  # the parts without which the verdict cannot be QUALIFIED
+    requires_stated: bool = True  # False: [verdict] requires is absent, so every part of [run] parts is required
+
+    @property
+    def requires_origin(self) -> str:
+        """Where the required parts come from, for the verdict's reasons."""
+        if self.requires_stated:
+            return f"{self.path.name} [verdict] requires"
+        return f"{self.path.name}, which states no [verdict] requires, so every part of its [run] parts"
 
     def limits_for(self, measurement: str, context: Mapping[str, Any]) -> list[Limit]:
         return limits_for(self.limits, measurement, context)
@@ -58,7 +68,20 @@ _CONTEXT: dict[str, Kind] = {
     "threads": whole(1),
     "layout": TEXT,
 }
-_NON_NEGATIVE = number(lambda v: v >= 0, "a finite number >= 0")
+# A bound of 0 measures nothing: every figure passes a minimum of 0, none passes a maximum of 0.
+_BOUNDS = {
+    "min": number(lambda v: v > 0, "a finite number > 0 (a minimum of 0 or less passes anything); give the least the "
+                  "drive must reach, or remove the limit"),
+    "max": number(lambda v: v > 0, "a finite number > 0 (nothing measures at or under a maximum of 0); give the most "
+                  "the drive may take, or remove the limit"),
+}  # fmt: skip
+# Parts whose tests a selection can leave out (the baseline runs before any of them, never alone).
+REQUIRABLE = tuple(part for part in PARTS if part != "baseline")
+_REQUIRES = Kind(
+    lambda v: isinstance(v, list) and bool(v),
+    f"must be a non-empty list of parts, e.g. requires = {list(REQUIRABLE[:2])}".replace("'", '"'),
+    item=choice(REQUIRABLE, "part"),
+)
 _MARGINAL = number(lambda m: 0 <= m < 1, "a fraction with 0 <= marginal < 1")
 _DRIVE_KEYS = {"name": TEXT, "description": TEXT, "capacity_bytes": whole(1), "source": TEXT}
 _LIMIT_KEYS = ("name", "min", "max", "unit", "marginal", "where", "relative_to", "at_full_scale", "source")
@@ -102,7 +125,7 @@ def _check_unit(table: KeyTable, name: str, unit: str, relative_to: str | None) 
 def _limit(path: Path, index: int, data: Any) -> Limit:
     table = KeyTable(path, f"limit[{index}]", data, _LIMIT_KEYS, f"[[limit]] number {index}")
     name = table.get("name", choice(MEASUREMENTS, "measurement"), required=True)
-    bounds = {side: table.get(side, _NON_NEGATIVE) for side in ("min", "max")}
+    bounds = {side: table.get(side, kind) for side, kind in _BOUNDS.items()}
     if (bounds["min"] is None) == (bounds["max"] is None):
         raise table.error("", "give exactly one of min = ... or max = ...")
     unit = table.get("unit", TEXT, required=True)
@@ -145,10 +168,25 @@ def _settings(path: Path, data: dict[str, Any], table: tuple[Setting, ...]) -> d
     return values
 
 
+def _requires(path: Path, data: dict[str, Any], parts: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
+    """The parts the verdict requires and whether the file states them; absent, every part of `parts` it can leave
+    out is required. A required part that [run] parts leaves out could never run: refused."""
+    if "verdict" not in data:
+        return tuple(part for part in parts if part in REQUIRABLE), False
+    table = KeyTable(path, "verdict", data["verdict"], ("requires",), "[verdict]")
+    requires = table.get("requires", _REQUIRES, required=True)
+    never = next((part for part in requires if part not in parts), None)
+    if never is not None:
+        raise table.error(
+            "requires", f"{never} is required, but [run] parts leaves it out, so it never runs; add {never} to "
+            f"[run] parts or remove it from requires"
+        )  # fmt: skip
+    return requires, True
+
+
 def _parse(path: Path, data: dict[str, Any], table: tuple[Setting, ...]) -> DriveFile:
-    KeyTable(
-        path, "", data, ["drive", *dict.fromkeys(row.section for row in table if row.section), "limit"], "a drive file"
-    )
+    sections = dict.fromkeys(row.section for row in table if row.section)
+    KeyTable(path, "", data, ["drive", *sections, "verdict", "limit"], "a drive file")
     if "drive" not in data:
         raise SettingsError(f'{path}: drive: missing section [drive]; add [drive] with name = "..."')
     drive = KeyTable(path, "drive", data["drive"], _DRIVE_KEYS, "[drive]")
@@ -160,7 +198,8 @@ def _parse(path: Path, data: dict[str, Any], table: tuple[Setting, ...]) -> Driv
             f"{path}: limit[{relative.number}].relative_to: {relative.relative_to} is measured by the raw baseline, "
             f"which [run] parts leaves out; add baseline to parts or give an absolute limit"
         )
-    return DriveFile(path, info, values, limits)
+    requires, stated = _requires(path, data, tuple(values.get("parts", PARTS)))
+    return DriveFile(path, info, values, limits, requires, stated)
 
 
 def available_drives() -> list[str]:

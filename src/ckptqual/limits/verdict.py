@@ -1,7 +1,8 @@
 """Verdicts: one test's conclusion from what it found, and the run's one overall verdict from every test's.
 
 The two agree by construction: a test fails exactly when its conclusion is a failing outcome, and the overall
-verdict is computed from those outcomes alone, plus the limits that no test judged and an interruption.
+verdict is computed from those outcomes alone, plus the limits that no test judged, the required parts that did not
+run and an interruption.
 Pure functions over data: nothing here runs I/O or knows pytest.
 """
 
@@ -99,6 +100,50 @@ def unjudged_limits(limits: Iterable[Limit], measurements: Iterable[Mapping[str,
 
 
 @dataclass(frozen=True)
+class PartRun:
+    """What became of one part's tests: each test left out of the run as (its subject, or None for the part as a
+    whole, and how it was dropped, e.g. "deselected by -k 'not restore'"), and the (outcome, message) of each that
+    reported."""
+
+    left_out: tuple[tuple[str | None, str], ...] = ()
+    reported: tuple[tuple[str, str], ...] = ()
+
+
+def unmet_requirements(required: Iterable[str], parts: Mapping[str, PartRun], origin: str) -> list[str]:
+    """Why each required part keeps the verdict from QUALIFIED, one reason a part: some of its tests were left out,
+    or every one that reported was skipped. A part whose tests failed or broke needs no reason here: those outcomes
+    argue for the verdict themselves."""
+    reasons = []
+    for name in required:
+        why = _why_not_run(parts.get(name, PartRun()))
+        if why:
+            reasons.append(f"required part {name} {why} (required by {origin})")
+    return reasons
+
+
+def _why_not_run(part: PartRun) -> str | None:
+    if part.left_out:
+        by_cause: dict[str, list[str | None]] = {}
+        for subject, cause in part.left_out:
+            by_cause.setdefault(cause, []).append(subject)
+        whole = not part.reported and len(by_cause) == 1
+        texts = [cause if whole or None in subjects else f"{_subjects(subjects)} {cause}"
+                 for cause, subjects in by_cause.items()]  # fmt: skip
+        return f"was not run{'' if not part.reported else ' in full'}: {'; '.join(texts)}"
+    if not part.reported:
+        return "was not run: none of its tests was selected"
+    if all(outcome == Outcome.SKIPPED for outcome, _ in part.reported):
+        more = f" (and {len(part.reported) - 1} more skipped)" if len(part.reported) > 1 else ""
+        return f"did not run: {part.reported[0][1]}{more}"
+    return None
+
+
+def _subjects(subjects: list[str | None]) -> str:
+    named = [subject for subject in subjects if subject]
+    return ", ".join(named) if len(named) <= 3 else f"{named[0]} and {len(named) - 1} more of its tests"
+
+
+@dataclass(frozen=True)
 class RunVerdict:
     """The overall verdict and its reasons, most severe first."""
 
@@ -113,16 +158,19 @@ class RunVerdict:
 
 
 def overall_verdict(
-    tests: Mapping[str, Mapping[str, Any]], unjudged: Iterable[Limit] = (), interruption: str | None = None
+    tests: Mapping[str, Mapping[str, Any]],
+    unjudged: Iterable[Limit] = (),
+    interruption: str | None = None,
+    unmet: Iterable[str] = (),
 ) -> RunVerdict:
-    """The run's verdict from every test's recorded outcome and message, the limits never judged, an interruption."""
+    """The run's verdict from every test's recorded outcome and message, the limits never judged, an interruption
+    and the reasons of the required parts that did not run (`unmet_requirements`)."""
     by_verdict: dict[Overall, list[str]] = {verdict: [] for verdict in _OVERALL_ORDER}
     for test in tests.values():
         argued = _ARGUES.get(Outcome(test["outcome"]))
         if argued is not None:
             by_verdict[argued].append(test["message"])
-    if interruption:
-        by_verdict[Overall.INCOMPLETE].insert(0, interruption)
+    by_verdict[Overall.INCOMPLETE][:0] = [*([interruption] if interruption else []), *unmet]
     skips = sorted({test["message"] for test in tests.values() if test["outcome"] == Outcome.SKIPPED})
     for limit in unjudged:
         why = f"; skipped: {'; '.join(skips)}" if skips else ""

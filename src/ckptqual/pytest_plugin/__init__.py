@@ -4,6 +4,7 @@ pytest_plugins = [
     "ckptqual.pytest_plugin.options",
     "ckptqual.pytest_plugin.drives",
     "ckptqual.pytest_plugin.run",
+    "ckptqual.pytest_plugin.selection",
     "ckptqual.pytest_plugin.verdicts",
     "ckptqual.pytest_plugin.sweep",
     "ckptqual.pytest_plugin.benchmarks",

@@ -28,10 +28,12 @@ from ckptqual.limits.verdict import (
     outcome_of_error,
     overall_verdict,
     unjudged_limits,
+    unmet_requirements,
 )
 from ckptqual.pytest_plugin.drives import INDEX, gathered_rows, is_worker, selected_runs, send_rows
 from ckptqual.pytest_plugin.options import DRIVE, DriveRun, resolved_runs
 from ckptqual.pytest_plugin.run import SUBJECT
+from ckptqual.pytest_plugin.selection import part_runs
 from ckptqual.report.drives import drive_row, drives_index, shared_host
 from ckptqual.report.record import RunRecord
 from ckptqual.runs.qualification import Qualification
@@ -200,16 +202,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def _drive_verdict(session: pytest.Session, run: DriveRun, interruption: str | None) -> RunVerdict:
-    """One drive's verdict, from its tests, the limits none judged and an interruption; kept in its record."""
+    """One drive's verdict, from its tests, the limits none judged, the required parts that did not run and an
+    interruption; kept in its record."""
     record = run.record
     if interruption and run.qualification is not None:
         run.qualification.close()
     if interruption:
         _report_unfinished(session, run, interruption)
     _health_test(run)
-    thresholds = run.settings.thresholds
+    thresholds, tests = run.settings.thresholds, record.data["tests"]
+    parts = part_runs(session.config, run.label, tests, thresholds.requires)
     run_verdict = overall_verdict(
-        record.data["tests"], unjudged_limits(thresholds.limits, record.data["measurements"]), interruption
+        tests,
+        unjudged_limits(thresholds.limits, record.data["measurements"]),
+        interruption,
+        unmet_requirements(thresholds.requires, parts, thresholds.requires_origin),
     )
     if record.save_error:
         run_verdict = RunVerdict(run_verdict.overall, (*run_verdict.reasons, record.save_error))

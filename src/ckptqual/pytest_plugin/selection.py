@@ -1,0 +1,103 @@
+"""What the selection did to each part of the run: the qualification tests pytest collected, and those that -k, -m,
+--deselect or another plugin deselected, each with the option that dropped it. The verdict reads it (verdicts.py),
+so that a run which left out a part its drive file requires is never QUALIFIED."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from _pytest.mark import KeywordMatcher, MarkMatcher
+from _pytest.mark.expression import Expression
+
+from ckptqual.limits.verdict import PartRun
+from ckptqual.pytest_plugin.drives import DRIVE_ARG
+from ckptqual.pytest_plugin.run import subject_of
+
+
+@dataclass(frozen=True)
+class Collected:
+    """A collected qualification test: its drive's label (None where the run has one drive), part and subject;
+    `dropped`: how the selection dropped it, if it did."""
+
+    label: str | None
+    part: str
+    subject: str
+    dropped: str | None = None
+
+
+_COLLECTED = pytest.StashKey[dict[str, Collected]]()
+
+
+def _part_of(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("part")
+    return str(marker.args[0]) if marker is not None and marker.args else None
+
+
+def _label_of(item: pytest.Item) -> str | None:
+    return getattr(getattr(item, "callspec", None), "params", {}).get(DRIVE_ARG)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    part = _part_of(item)
+    if part is not None:
+        item.config.stash.setdefault(_COLLECTED, {})[item.nodeid] = Collected(_label_of(item), part, subject_of(item))
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    """Notes, for each deselected test of a part, which option deselected it."""
+    for item in items:
+        collected = item.config.stash.get(_COLLECTED, {})
+        if item.nodeid in collected:
+            known = collected[item.nodeid]
+            collected[item.nodeid] = Collected(known.label, known.part, known.subject, deselected_by(item))
+
+
+def deselected_by(item: pytest.Item) -> str:
+    """The option that deselects `item`: --deselect, else -k, else -m, else another plugin."""
+    config = item.config
+    prefix = next((p for p in config.getoption("deselect", None) or () if item.nodeid.startswith(p)), None)
+    if prefix is not None:
+        return f"deselected by --deselect {prefix}"
+    keyword, markers = config.getoption("keyword", ""), config.getoption("markexpr", "")
+    if keyword and not Expression.compile(keyword).evaluate(KeywordMatcher.from_item(item)):
+        return f"deselected by -k {keyword!r}"
+    if markers and not Expression.compile(markers).evaluate(MarkMatcher.from_markers(item.iter_markers())):
+        return f"deselected by -m {markers!r}"
+    return "deselected by a plugin (not -k, -m or --deselect; --last-failed, say)"
+
+
+def part_runs(config: pytest.Config, label: str | None, reported: dict[str, dict], parts: tuple[str, ...]
+              ) -> dict[str, PartRun]:  # fmt: skip
+    """Each of `parts` of the drive `label`: how its tests were left out, and what those that ran reported
+    (`reported`: the record's tests by node ID). A part of which no test was collected was left out by the command
+    line's paths; a selected test that reported nothing never ran."""
+    collected = {nodeid: test for nodeid, test in config.stash.get(_COLLECTED, {}).items() if test.label == label}
+    runs = {}
+    for part in parts:
+        tests = {nodeid: test for nodeid, test in collected.items() if test.part == part}
+        left_out: list[tuple[str | None, str]] = [(None, _not_collected(config))] if not tests else []
+        outcomes = []
+        for nodeid, test in tests.items():
+            if test.dropped is not None:
+                left_out.append((test.subject, test.dropped))
+            elif nodeid in reported:
+                outcomes.append((reported[nodeid]["outcome"], reported[nodeid]["message"]))
+            else:
+                left_out.append((test.subject, "the session ended before it ran"))
+        runs[part] = PartRun(tuple(left_out), tuple(outcomes))
+    return runs
+
+
+def _not_collected(config: pytest.Config) -> str:
+    """How the command line left a part's tests out of the collection."""
+    given = ", ".join(_shown(config, arg) for arg in config.args)
+    ignored = [*(config.getoption("ignore", None) or ()), *(config.getoption("ignore_glob", None) or ())]
+    also = f" and --ignore {', '.join(map(str, ignored))}" if ignored else ""
+    return f"not collected: pytest was given {given}{also}; give tests_qual to run every part"
+
+
+def _shown(config: pytest.Config, arg: str) -> str:
+    path = Path(arg)
+    return str(path.relative_to(config.rootpath)) if path.is_relative_to(config.rootpath) else arg
