@@ -117,6 +117,31 @@ def test_a_minimal_file_leaves_settings_unset(tmp_path):
     assert thresholds.limits == ()
 
 
+@pytest.mark.parametrize(
+    ("name", "requires"),
+    [
+        ("d5-p5336", ("fill", "restore", "sweep", "layouts")),
+        ("d7-ps1010", ("fill", "restore", "sweep", "layouts")),
+        ("local", ("fill", "restore", "sweep", "layouts")),
+        ("mlperf-checkpointing", ("fill", "restore")),
+    ],
+)
+def test_every_shipped_file_requires_the_verified_restore(name, requires):
+    thresholds = load_thresholds(name)
+    assert thresholds.requires == requires and thresholds.requires_stated
+    assert thresholds.requires_origin == f"{name}.toml [verdict] requires"
+
+
+def test_a_file_without_verdict_requires_every_part_it_runs(tmp_path):
+    everything = load_thresholds(write(tmp_path, DRIVE))
+    assert everything.requires == ("fill", "restore", "sweep", "layouts") and not everything.requires_stated
+    assert everything.requires_origin == "x.toml, which states no [verdict] requires, so every part of its [run] parts"
+    some = load_thresholds(write(tmp_path, DRIVE + '[run]\nparts = ["baseline", "fill", "sweep"]\n'))
+    assert some.requires == ("fill", "sweep")
+    stated = load_thresholds(write(tmp_path, DRIVE + '[verdict]\nrequires = ["restore", "fill"]\n'))
+    assert stated.requires == ("restore", "fill") and stated.requires_stated
+
+
 # Loading errors
 
 
@@ -144,7 +169,7 @@ def test_toml_syntax_error(tmp_path):
         (
             DRIVE + "[bogus]\nx = 1\n",
             "bogus:",
-            "unknown key in a drive file; known keys: drive, run, layouts, sweep, limit",
+            "unknown key in a drive file; known keys: drive, run, layouts, sweep, verdict, limit",
         ),
         ("stray = 1\n" + DRIVE, "stray:", "unknown key in a drive file"),
         (DRIVE + "stray = 1\n", "drive.stray:", "unknown key in [drive]"),
@@ -186,6 +211,18 @@ def test_toml_syntax_error(tmp_path):
         (DRIVE + "[layouts]\nplan = 'x.json'\n", "layouts.plan:", "unknown key in [layouts]"),
         (DRIVE + "[run]\nrequire_steady_state = 1\n", "run.require_steady_state", "true or false"),
         (DRIVE + "[limit]\nname = 'fill_throughput'\n", "limit:", "[[limit]]"),
+        (DRIVE + "[verdict]\n", "verdict.requires:", "missing; add requires = ... to [verdict]"),
+        (DRIVE + '[verdict]\nrequires = ["restor"]\n', "verdict.requires = ['restor']", "item 1: unknown part; use"),
+        (DRIVE + '[verdict]\nrequires = ["baseline"]\n', "verdict.requires", "use one of fill, restore, sweep"),
+        (DRIVE + "[verdict]\nrequires = []\n", "verdict.requires = []", 'e.g. requires = ["fill", "restore"]'),
+        (DRIVE + '[verdict]\nrequires = "restore"\n', "verdict.requires = 'restore'", "non-empty list of parts"),
+        (DRIVE + '[verdict]\nrequires = ["fill", "fill"]\n', "verdict.requires", "list each once"),
+        (DRIVE + '[verdict]\nrequires = ["fill"]\nneeds = 1\n', "verdict.needs:", "unknown key in [verdict]"),
+        (
+            DRIVE + '[run]\nparts = ["fill"]\n[verdict]\nrequires = ["fill", "restore"]\n',
+            "verdict.requires:",
+            "restore is required, but [run] parts leaves it out, so it never runs; add restore to [run] parts",
+        ),
     ],
 )
 def test_section_errors_name_file_and_key(tmp_path, body, key, problem):
@@ -216,10 +253,13 @@ SWEEP = {"name": '"sweep_read_bandwidth"'}
         (block(name=None), "limit[2].name", "missing"),
         (block(min=None), "limit[2]:", "exactly one of min"),
         (block(max="2"), "limit[2]:", "exactly one of min"),
-        (block(min="-1"), "limit[2].min", ">= 0"),
+        (block(min="-1"), "limit[2].min", "> 0"),
+        (block(min="0"), "limit[2].min = 0", "(a minimum of 0 or less passes anything); give the least the drive"),
+        (block(min="0.0", marginal="0.5"), "limit[2].min = 0.0", "must be a finite number > 0"),
+        (block(min=None, max="0"), "limit[2].max = 0", "(nothing measures at or under a maximum of 0); give the most"),
         (block(min="nan"), "limit[2].min", "finite"),
         (block(min=None, max="inf"), "limit[2].max", "finite"),
-        (block(min='"2"'), "limit[2].min = '2'", "must be a finite number >= 0"),
+        (block(min='"2"'), "limit[2].min = '2'", "must be a finite number > 0"),
         (block(unit=None), "limit[2].unit", "missing"),
         (
             block(unit='"GBps"'),
@@ -236,6 +276,8 @@ SWEEP = {"name": '"sweep_read_bandwidth"'}
         (block(at_full_scale="true"), "limit[2].at_full_scale", "durations only"),
         (block(**SECONDS, at_full_scale="1"), "limit[2].at_full_scale", "true or false"),
         (block(marginal="1.0"), "limit[2].marginal", "0 <= marginal < 1"),
+        (block(marginal="-0.1"), "limit[2].marginal = -0.1", "0 <= marginal < 1"),
+        (block(marginal="nan"), "limit[2].marginal = nan", "0 <= marginal < 1"),
         (block(source=None), "limit[2].source", "missing"),
         (block(source='"  "'), "limit[2].source", "non-empty"),
         (block(margin="0.1"), "limit[2].margin", "unknown key"),

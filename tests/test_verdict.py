@@ -5,7 +5,15 @@ import pytest
 from ckptqual.faults import RunError
 from ckptqual.limits.judgement import Judgement
 from ckptqual.limits.limits import Limit, Outcome, Verdict
-from ckptqual.limits.verdict import Findings, Overall, outcome_of_error, overall_verdict, unjudged_limits
+from ckptqual.limits.verdict import (
+    Findings,
+    Overall,
+    PartRun,
+    outcome_of_error,
+    overall_verdict,
+    unjudged_limits,
+    unmet_requirements,
+)
 
 
 def judgement(outcome: Outcome, message: str) -> Judgement:
@@ -132,3 +140,66 @@ def test_unjudged_limits_are_those_no_measurement_names():
     limits = [limit(1), limit(2), limit(3)]
     measurements = [{"limit_number": 2}, {"limit_number": None}]
     assert [lim.number for lim in unjudged_limits(limits, measurements)] == [1, 3]
+
+
+# Required parts (a drive file's [verdict] requires)
+
+ORIGIN = "d.toml [verdict] requires"
+RESTORED = PartRun(reported=(("PASS", "restore PASS"),))
+FILLED = PartRun(reported=(("PASS", "pass 1 PASS"), ("PASS", "pass 2 PASS")))
+
+
+def test_every_required_part_that_ran_and_passed_meets_its_requirement():
+    assert unmet_requirements(["fill", "restore"], {"fill": FILLED, "restore": RESTORED}, ORIGIN) == []
+    marginal = PartRun(reported=(("MARGINAL", "restore MARGINAL: close"),))
+    assert unmet_requirements(["restore"], {"restore": marginal}, ORIGIN) == []
+
+
+def test_a_deselected_required_part_names_the_part_and_the_option():
+    dropped = PartRun(left_out=(("restore", "deselected by -k 'not restore'"),))
+    (reason,) = unmet_requirements(["fill", "restore"], {"fill": FILLED, "restore": dropped}, ORIGIN)
+    assert (
+        reason
+        == "required part restore was not run: deselected by -k 'not restore' (required by d.toml [verdict] requires)"
+    )
+    verdict = overall_verdict({"f": record("PASS")}, unmet=[reason])
+    assert verdict.overall is Overall.INCOMPLETE and verdict.reasons == (reason,)
+
+
+def test_a_part_left_out_in_part_names_what_was_left_out():
+    cells = [(f"sweep cpu-only-1M-{threads}", "deselected by --deselect x.py::c") for threads in (16, 4, 1, 2)]
+    sweep = PartRun(left_out=(("pass 3", "deselected by -k 'not 3'"), *cells), reported=(("PASS", "pass 1 PASS"),))
+    (reason,) = unmet_requirements(["sweep"], {"sweep": sweep}, ORIGIN)
+    assert reason.startswith(
+        "required part sweep was not run in full: pass 3 deselected by -k 'not 3'; "
+        "sweep cpu-only-1M-16 and 3 more of its tests deselected by --deselect x.py::c"
+    )
+
+
+def test_a_part_never_collected_says_how_the_command_line_left_it_out():
+    missing = PartRun(left_out=((None, "not collected: pytest was given tests_qual/test_fill.py"),))
+    (reason,) = unmet_requirements(["restore"], {"restore": missing}, ORIGIN)
+    assert reason.startswith("required part restore was not run: not collected: pytest was given tests_qual/test_fill")
+    (absent,) = unmet_requirements(["restore"], {}, ORIGIN)
+    assert absent.startswith("required part restore was not run: none of its tests was selected")
+
+
+def test_a_skipped_required_restore_keeps_the_run_from_qualified():
+    skipped = PartRun(reported=(("SKIPPED", "restore SKIPPED: no time"),))
+    (reason,) = unmet_requirements(["restore"], {"restore": skipped}, ORIGIN)
+    assert reason.startswith("required part restore did not run: restore SKIPPED: no time")
+    tests = {"f": record("PASS"), "r": record("SKIPPED", "restore SKIPPED: no time")}
+    assert overall_verdict(tests, unmet=[reason]).overall is Overall.INCOMPLETE
+
+
+def test_a_part_of_which_some_tests_ran_and_the_rest_were_skipped_is_met():
+    cells = PartRun(reported=(("SKIPPED", "sweep gpu-direct-1M-16 SKIPPED: no GPU"), ("PASS", "sweep cpu-only PASS")))
+    assert unmet_requirements(["sweep"], {"sweep": cells}, ORIGIN) == []
+
+
+@pytest.mark.parametrize(("outcome", "overall"), [("ERROR", "INCOMPLETE"), ("FAIL", "NOT QUALIFIED"),
+                                                  ("INVALID", "INVALID"), ("NOT_RUN", "INCOMPLETE")])  # fmt: skip
+def test_a_required_restore_that_failed_or_broke_argues_through_its_own_outcome(outcome, overall):
+    broke = PartRun(reported=((outcome, f"restore {outcome}: why"),))
+    assert unmet_requirements(["restore"], {"restore": broke}, ORIGIN) == []
+    assert overall_verdict({"r": record(outcome, f"restore {outcome}: why")}).overall == overall

@@ -1,11 +1,14 @@
-"""What the selection did to each part of the run: the qualification tests pytest collected, and those that -k, -m,
---deselect or another plugin deselected, each with the option that dropped it. The verdict reads it (verdicts.py),
-so that a run which left out a part its drive file requires is never QUALIFIED."""
+"""What the selection did to each part of the run: the qualification tests its files define, those the command
+line's node IDs left out, and those that -k, -m, --deselect or another plugin deselected, each with what dropped
+it. The verdict reads it (verdicts.py), so that a run which left out a part its drive file requires is never
+QUALIFIED."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _pytest.mark import KeywordMatcher, MarkMatcher
@@ -39,10 +42,26 @@ def _label_of(item: pytest.Item) -> str | None:
     return getattr(getattr(item, "callspec", None), "params", {}).get(DRIVE_ARG)
 
 
-def pytest_itemcollected(item: pytest.Item) -> None:
+def _note(item: pytest.Item, dropped: str | None) -> None:
     part = _part_of(item)
     if part is not None:
-        item.config.stash.setdefault(_COLLECTED, {})[item.nodeid] = Collected(_label_of(item), part, subject_of(item))
+        collected = item.config.stash.setdefault(_COLLECTED, {})
+        collected[item.nodeid] = Collected(_label_of(item), part, subject_of(item), dropped)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> Generator[None, Any, Any]:
+    """Notes every test a collected file defines (each parametrization of it) as left out by the command line's
+    node IDs, until pytest collects it (`pytest_itemcollected`)."""
+    made = yield
+    for item in made if isinstance(made, list) else ():
+        if isinstance(item, pytest.Item):
+            _note(item, f"not among the tests the arguments name ({_given(item.config)})")
+    return made
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    _note(item, None)
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
@@ -85,17 +104,20 @@ def part_runs(config: pytest.Config, label: str | None, reported: dict[str, dict
             elif nodeid in reported:
                 outcomes.append((reported[nodeid]["outcome"], reported[nodeid]["message"]))
             else:
-                left_out.append((test.subject, "the session ended before it ran"))
+                left_out.append((test.subject, "never reached: the session ended before it"))
         runs[part] = PartRun(tuple(left_out), tuple(outcomes))
     return runs
 
 
 def _not_collected(config: pytest.Config) -> str:
     """How the command line left a part's tests out of the collection."""
-    given = ", ".join(_shown(config, arg) for arg in config.args)
     ignored = [*(config.getoption("ignore", None) or ()), *(config.getoption("ignore_glob", None) or ())]
     also = f" and --ignore {', '.join(map(str, ignored))}" if ignored else ""
-    return f"not collected: pytest was given {given}{also}; give tests_qual to run every part"
+    return f"not collected: pytest was given {_given(config)}{also}; give tests_qual to run every part"
+
+
+def _given(config: pytest.Config) -> str:
+    return " ".join(_shown(config, arg) for arg in config.args)
 
 
 def _shown(config: pytest.Config, arg: str) -> str:

@@ -1,0 +1,93 @@
+"""A verdict never stands without its required parts: a run whose selection leaves out a part its drive file
+requires (-k, --deselect, a test file not given), or in which that part is only skipped, is not QUALIFIED, and says
+which part and what dropped it in every report. Real suite runs at a tiny scale: one checkpoint, read back once."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from suite_runs import (
+    HOST_LIMITED,
+    REPO,
+    junit_cases,
+    lenient_drive,
+    results,
+    run_suite,
+    skip_if_host_limited,
+    suite_command,
+    suite_properties,
+    user_environment,
+)
+
+TINY = ["--workload", "llama3-8b-subset", "--scale", "0.0003", "--checkpoints-per-pass", "1", "--passes", "1"]
+TINY += ["--restore-checkpoints", "1"]
+BOTH = ("test_fill.py", "test_restore.py")
+MLPERF = "mlperf-checkpointing"
+
+
+def reports(tmp_path: Path) -> list[str]:
+    target = tmp_path / "target"
+    target.mkdir()
+    return ["--target", str(target), "--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
+
+
+def restore_requiring_drive(tmp_path: Path) -> str:
+    """A drive file of one's own whose verdict requires the verified restore, with no restore limit."""
+    return str(lenient_drive(tmp_path / "own.toml", "own drive", requires=("fill", "restore")))
+
+
+def assert_held_back(done: subprocess.CompletedProcess, tmp_path: Path, *named: str) -> str:
+    """The run is not QUALIFIED, in the exit code, the last line, the JUnit verdict case and suite property and the
+    results JSON, and its required-part reason names each of `named`; returns that reason."""
+    data = results(tmp_path / "r.json")
+    verdict = data["verdict"]
+    reason = next((r for r in verdict["reasons"] if r.startswith("required part restore")), None)
+    assert reason is not None and all(text in reason for text in named), done.stdout[-3000:]
+    limited = verdict["overall"] == "INVALID" and any(text in " ".join(verdict["reasons"]) for text in HOST_LIMITED)
+    assert verdict["overall"] == ("INVALID" if limited else "INCOMPLETE"), verdict  # INVALID outranks INCOMPLETE
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert done.stdout.rstrip().splitlines()[-1].startswith(f"ckptqual verdict: {verdict['overall']}: ")
+    assert reason in done.stdout.rstrip().splitlines()[-1]
+    case = junit_cases(tmp_path / "q.xml")["verdict"]
+    assert case["outcome"] == "failure" and reason in case["message"]
+    properties = suite_properties(tmp_path / "q.xml")
+    assert properties["ckptqual.limits.verdict"] == verdict["overall"]
+    assert reason in properties["ckptqual.limits.verdict.reasons"]
+    return reason
+
+
+@pytest.mark.parametrize("drive", [MLPERF, "own"])
+def test_a_run_that_deselects_the_required_restore_with_k_is_not_qualified(drive, tmp_path):
+    drive_file = MLPERF if drive == MLPERF else restore_requiring_drive(tmp_path)
+    done = run_suite(*TINY, "--drive", drive_file, *reports(tmp_path), "-k", "not restore", tests=BOTH)
+    reason = assert_held_back(done, tmp_path, "deselected by -k 'not restore'")
+    assert reason.startswith("required part restore was not run: deselected by -k 'not restore' (required by ")
+    assert "restore" not in results(tmp_path / "r.json")  # nothing was read back
+
+
+def test_a_run_that_deselects_the_required_restore_by_node_id_is_not_qualified(tmp_path):
+    deselect = "tests_qual/test_restore.py::test_restore"
+    done = run_suite(*TINY, "--drive", MLPERF, *reports(tmp_path), "--deselect", deselect, tests=BOTH)
+    assert_held_back(done, tmp_path, f"deselected by --deselect {deselect}")
+
+
+def test_a_run_not_given_the_restores_file_is_not_qualified(tmp_path):
+    done = run_suite(*TINY, "--drive", restore_requiring_drive(tmp_path), *reports(tmp_path))  # test_fill.py alone
+    assert_held_back(done, tmp_path, "not collected: pytest was given tests_qual/test_fill.py", "own.toml")
+
+
+def test_a_run_whose_required_restore_was_skipped_is_not_qualified(tmp_path):
+    command = suite_command(*TINY, "--drive", MLPERF, *reports(tmp_path), "-p", "skip_test", tests=BOTH)
+    env = user_environment({"PYTHONPATH": str(REPO / "tests" / "fault_plugins"), "CKPTQUAL_SKIP_TEST": "test_restore"})
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert_held_back(done, tmp_path, "did not run: restore SKIPPED: skipped by the skip_test plugin")
+
+
+def test_a_run_of_every_required_part_is_qualified(tmp_path):
+    done = run_suite(*TINY, "--drive", restore_requiring_drive(tmp_path), *reports(tmp_path), tests=BOTH)
+    skip_if_host_limited(done.stdout)
+    assert done.returncode == 0, done.stdout[-3000:]
+    data = results(tmp_path / "r.json")
+    assert data["verdict"] == {"overall": "QUALIFIED", "reasons": []}
+    assert [r["checkpoint"] for r in data["restore"]] == [0]
