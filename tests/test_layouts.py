@@ -108,10 +108,13 @@ def test_a_layout_plan_replays_in_the_suite(tmp_path):
     ]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     data = json.loads(results.read_text())
-    # the layout passes; the run as a whole is INCOMPLETE, since the fill and restore limits were never judged
+    # the layout passes; the run as a whole is INCOMPLETE: local.toml requires the fill, restore and sweep, which
+    # were not collected, and their limits were never judged
     assert done.returncode == 1 and data["verdict"]["overall"] == "INCOMPLETE", done.stdout[-3000:]
     assert [test["outcome"] for test in data["tests"].values()] == ["PASS"]
-    assert all("was never judged" in reason for reason in data["verdict"]["reasons"])
+    required = [reason.split(" was not run:")[0] for reason in data["verdict"]["reasons"][:3]]
+    assert required == ["required part fill", "required part restore", "required part sweep"]
+    assert all("was never judged" in reason for reason in data["verdict"]["reasons"][3:])
     (replayed,) = data["layouts"]
     assert replayed["plan"] == json.loads(dump_plan(odd_plan()))
     assert replayed["bytes"] == odd_plan().total_bytes
