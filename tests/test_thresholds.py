@@ -129,13 +129,15 @@ def test_a_minimal_file_leaves_settings_unset(tmp_path):
 def test_every_shipped_file_requires_the_verified_restore(name, requires):
     thresholds = load_thresholds(name)
     assert thresholds.requires == requires and thresholds.requires_stated
-    assert thresholds.requires_origin == f"{name}.toml [verdict] requires"
+    assert thresholds.requires_origin == f"required by {name}.toml [verdict] requires"
 
 
 def test_a_file_without_verdict_requires_every_part_it_runs(tmp_path):
     everything = load_thresholds(write(tmp_path, DRIVE))
     assert everything.requires == ("fill", "restore", "sweep", "layouts") and not everything.requires_stated
-    assert everything.requires_origin == "x.toml, which states no [verdict] requires, so every part of its [run] parts"
+    assert everything.requires_origin == (
+        "x.toml states no [verdict] requires, so every part of its [run] parts is required"
+    )
     some = load_thresholds(write(tmp_path, DRIVE + '[run]\nparts = ["baseline", "fill", "sweep"]\n'))
     assert some.requires == ("fill", "sweep")
     stated = load_thresholds(write(tmp_path, DRIVE + '[verdict]\nrequires = ["restore", "fill"]\n'))

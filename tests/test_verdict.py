@@ -144,7 +144,7 @@ def test_unjudged_limits_are_those_no_measurement_names():
 
 # Required parts (a drive file's [verdict] requires)
 
-ORIGIN = "d.toml [verdict] requires"
+ORIGIN = "required by d.toml [verdict] requires"
 RESTORED = PartRun(reported=(("PASS", "restore PASS"),))
 FILLED = PartRun(reported=(("PASS", "pass 1 PASS"), ("PASS", "pass 2 PASS")))
 

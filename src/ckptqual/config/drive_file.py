@@ -46,8 +46,8 @@ class DriveFile:
     def requires_origin(self) -> str:
         """Where the required parts come from, for the verdict's reasons."""
         if self.requires_stated:
-            return f"{self.path.name} [verdict] requires"
-        return f"{self.path.name}, which states no [verdict] requires, so every part of its [run] parts"
+            return f"required by {self.path.name} [verdict] requires"
+        return f"{self.path.name} states no [verdict] requires, so every part of its [run] parts is required"
 
     def limits_for(self, measurement: str, context: Mapping[str, Any]) -> list[Limit]:
         return limits_for(self.limits, measurement, context)

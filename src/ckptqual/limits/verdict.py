@@ -110,14 +110,14 @@ class PartRun:
 
 
 def unmet_requirements(required: Iterable[str], parts: Mapping[str, PartRun], origin: str) -> list[str]:
-    """Why each required part keeps the verdict from QUALIFIED, one reason a part: some of its tests were left out,
-    or every one that reported was skipped. A part whose tests failed or broke needs no reason here: those outcomes
-    argue for the verdict themselves."""
+    """Why each required part keeps the verdict from QUALIFIED, one reason a part, ending in `origin` (what
+    requires it): some of its tests were left out, or every one that reported was skipped. A part whose tests failed
+    or broke needs no reason here: those outcomes argue for the verdict themselves."""
     reasons = []
     for name in required:
         why = _why_not_run(parts.get(name, PartRun()))
         if why:
-            reasons.append(f"required part {name} {why} (required by {origin})")
+            reasons.append(f"required part {name} {why} ({origin})")
     return reasons
 
 
