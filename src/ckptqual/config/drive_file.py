@@ -79,7 +79,7 @@ _BOUNDS = {
 REQUIRABLE = tuple(part for part in PARTS if part != "baseline")
 _REQUIRES = Kind(
     lambda v: isinstance(v, list) and bool(v),
-    f"must be a non-empty list of parts, e.g. requires = {list(REQUIRABLE[:2])}".replace("'", '"'),
+    'must be a non-empty list of parts, e.g. requires = ["fill", "restore"]',
     item=choice(REQUIRABLE, "part"),
 )
 _MARGINAL = number(lambda m: 0 <= m < 1, "a fraction with 0 <= marginal < 1")
