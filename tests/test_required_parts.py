@@ -91,3 +91,33 @@ def test_a_run_of_every_required_part_is_qualified(tmp_path):
     data = results(tmp_path / "r.json")
     assert data["verdict"] == {"overall": "QUALIFIED", "reasons": []}
     assert [r["checkpoint"] for r in data["restore"]] == [0]
+
+
+@pytest.mark.parametrize(
+    ("tests", "args", "reason"),
+    [
+        (
+            ("test_fill.py::test_fill_pass[1]", "test_restore.py"),
+            (),
+            "required part fill was not run: pass 1 never reached: the session ended before it; pass 2, "
+            "pass 3 not among the tests the arguments name (tests_qual/test_fill.py::test_fill_pass[1] "
+            "tests_qual/test_restore.py)",
+        ),
+        (
+            BOTH,
+            ("-p", "mark_test", "-m", "not chosen"),
+            "required part restore was not run: deselected by -m 'not chosen'",
+        ),
+    ],
+    ids=["node-id", "marker"],
+)
+def test_what_dropped_a_required_part_is_named_before_anything_runs(tests, args, reason, tmp_path):
+    """Collection only (nothing runs, so every selected test is 'never reached'): which option dropped each test."""
+    target = tmp_path / "target"
+    target.mkdir()
+    command = suite_command("--drive", MLPERF, "--passes", "3", "--target", str(target), "--co", *args, tests=tests)
+    env = user_environment({"PYTHONPATH": str(REPO / "tests" / "fault_plugins"), "CKPTQUAL_MARK_TEST": "test_restore"})
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    last = done.stdout.rstrip().splitlines()[-1]
+    assert last.startswith("ckptqual verdict: INCOMPLETE: ") and reason in last, done.stdout[-3000:]
+    assert "(required by mlperf-checkpointing.toml [verdict] requires)" in last
