@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ckptqual.limits.cache_served import relative_to_served
 from ckptqual.limits.host_bound import decide
 from ckptqual.limits.limits import Limit, Verdict, limits_for
 
@@ -60,9 +61,11 @@ def judge(
     baselines: Mapping[str, float],
     scale: float,
     host_bound: str | None = None,
+    served_baselines: Mapping[str, str] | None = None,
 ) -> list[Judgement]:
     """The judgements of one measured value under every one of `limits` that applies to it; a figure that was
-    host-bound for `host_bound` keeps only the verdicts its bound decides, the others are INVALID."""
+    host-bound for `host_bound` keeps only the verdicts its bound decides, the others are INVALID, and so is every
+    verdict relative to a baseline of `served_baselines` (baseline -> why a cache served it)."""
     applying = limits_for(limits, measurement, context)
     if not applying:
         return [Judgement(measurement, value, unit, context, host_bound=host_bound)]
@@ -72,8 +75,14 @@ def judge(
             value,
             unit,
             context,
-            decide(
-                limit, limit.evaluate(value, unit, baselines=dict(baselines), scale=scale, context=context), host_bound
+            relative_to_served(
+                limit,
+                decide(
+                    limit,
+                    limit.evaluate(value, unit, baselines=dict(baselines), scale=scale, context=context),
+                    host_bound,
+                ),
+                served_baselines or {},
             ),
             limit.describe(),
             limit.number,
