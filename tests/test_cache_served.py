@@ -25,6 +25,14 @@ LOOP_STAT = (
     "        0        0        0     9386    20076\n"
 )
 MB = 1_000_000
+RESTORE_RELATIVE_TO_RAW_READ = """
+[[limit]]
+name = "restore_throughput"
+min = 0.0001
+unit = "ratio"
+relative_to = "raw_read"
+source = "test: a limit relative to the raw read, which a cache served"
+"""
 
 needs_losetup = pytest.mark.skipif(shutil.which("losetup") is None, reason="losetup is missing: no loop devices here")
 
@@ -119,7 +127,7 @@ def test_a_restore_through_a_loop_device_whose_backing_file_is_gone_is_invalid_n
     """The image is deleted while mounted: the suite cannot evict the layer below, whose cache then serves the reads."""
     target = loop_ext4("600M")
     (tmp_path / "ext4-0.img").unlink()
-    drive = lenient_drive(tmp_path / "lenient.toml", "lenient drive")
+    drive = lenient_drive(tmp_path / "lenient.toml", "lenient drive", RESTORE_RELATIVE_TO_RAW_READ)
     out = tmp_path / "results.json"
     args = (*SMALL, "--drive", str(drive), "--target", str(target), "--results", str(out), "--restore-checkpoints", "1")
     result = run_suite(*args, tests=("test_fill.py", "test_restore.py"))
@@ -132,5 +140,7 @@ def test_a_restore_through_a_loop_device_whose_backing_file_is_gone_is_invalid_n
     assert "could not be evicted: No such file or directory" in device["layer_below"][0]
     assert f"read {device['device_bytes']:,} bytes of the {device['suite_bytes']:,} bytes" in restore["invalid"]
     assert all(c["device"]["device_bytes"] >= c["device"]["suite_bytes"] for c in data["checkpoints"])
-    reasons = " | ".join(data["verdict"]["reasons"])
-    assert "restore INVALID: restore of checkpoint" in reasons and "raw read 1: the devices under the target" in reasons
+    assert data["baseline"]["invalid"]["raw_read"].startswith("raw read 1: the devices under the target")
+    relative = next(m for m in data["measurements"] if m["measurement"] == "restore_throughput")
+    assert relative["outcome"] == "INVALID" and "not judged: raw read 1: the devices under" in relative["message"]
+    assert any(reason.startswith("restore INVALID: restore of checkpoint") for reason in data["verdict"]["reasons"])
