@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptqual.host.device_bytes import DeviceBytes, devices_under, parse_stat
+from ckptqual.host.device_bytes import DeviceBytes, devices_of, devices_under, parse_stat
 from ckptqual.limits.cache_served import MIN_DEVICE_SHARE, cache_served_reason
 from ckptqual.runs.baseline import measure_baseline
 from ckptqual.runs.ranks import RankPool
@@ -25,6 +25,7 @@ LOOP_STAT = (
     "        0        0        0     9386    20076\n"
 )
 MB = 1_000_000
+TREES = Path(__file__).parent / "data" / "identity"
 RESTORE_RELATIVE_TO_RAW_READ = """
 [[limit]]
 name = "restore_throughput"
@@ -83,6 +84,27 @@ def test_a_loop_inside_a_loop_resolves_to_the_disk_at_the_bottom(loop_ext4, tmp_
         assert [backing.path for backing in devices.backing_files] == [str(image), str(tmp_path / "ext4-0.img")]
     finally:
         subprocess.run(["umount", str(inner)], check=True)
+
+
+def test_an_lvm_volume_on_md_is_counted_at_its_members(tmp_path):
+    """The captured md-raid0 tree: dm-0 (LVM) on md0, a RAID0 of nvme0n1 and the native-multipath head nvme1n1."""
+    sys_root = TREES / "md-raid0" / "sys"
+    assert devices_of(sys_root / "devices/virtual/block/dm-0", sys_root=sys_root).names == ["nvme0n1", "nvme1n1"]
+
+
+def test_a_multipath_nvme_head_is_counted_at_its_paths(tmp_path):
+    """The same tree with the head's two path devices (nvme1c1n1, nvme1c2n1 under controllers nvme1 and nvme2, as
+    drivers/nvme/host/multipath.c names them), which count what older kernels never count on the head."""
+    sys_root = tmp_path / "sys"
+    shutil.copytree(TREES / "md-raid0" / "sys", sys_root, symlinks=True)
+    for controller in ("nvme1", "nvme2"):
+        path = f"nvme1c{controller[-1]}n1"
+        device = (sys_root / "devices/virtual/nvme-subsystem/nvme-subsys1" / controller).resolve() / path
+        device.mkdir()
+        (device / "stat").write_text(VDA_STAT)
+        (sys_root / "class" / "block" / path).symlink_to(device)
+    devices = devices_of(sys_root / "devices/virtual/block/dm-0", sys_root=sys_root)
+    assert devices.names == ["nvme0n1", "nvme1c1n1", "nvme1c2n1"]
 
 
 def test_a_filesystem_without_a_block_device_is_not_countable(tmpfs):

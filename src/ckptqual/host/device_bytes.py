@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import socket
 import stat
 import struct
@@ -97,6 +98,11 @@ def devices_under(path: Path, *, sys_root: Path = SYS, proc_root: Path = PROC, d
     if block is None:
         where = f"{mount.get('filesystem', 'the filesystem')} at {mount.get('mount_point', path)}"
         return Devices(not_countable=f"{where} has no block device whose reads can be counted")
+    return devices_of(block, sys_root=sys_root, dev_root=dev_root)
+
+
+def devices_of(block: Path, *, sys_root: Path = SYS, dev_root: Path = DEV) -> Devices:
+    """The devices whose counters show the I/O to the block device whose sysfs directory is `block`."""
     stats: dict[str, Path] = {}
     backing: list[BackingFile] = []
     try:
@@ -112,6 +118,7 @@ def _walk(block: Path, stats: dict[str, Path], backing: list[BackingFile], sys_r
     if (block / "partition").exists() and _is_stacked(block.parent):
         block = block.parent  # a partition of a loop, md or dm device: the whole device's members hold its bytes
     slaves = sorted((block / "slaves").iterdir()) if (block / "slaves").is_dir() else []
+    slaves = slaves or nvme_paths(block, sys_root)
     if slaves:
         for slave in slaves:
             _walk(slave.resolve(), stats, backing, sys_root, dev_root)
@@ -124,6 +131,15 @@ def _walk(block: Path, stats: dict[str, Path], backing: list[BackingFile], sys_r
         _walk(below, stats, backing, sys_root, dev_root)
     else:
         stats.setdefault(block.name, block / "stat")
+
+
+def nvme_paths(block: Path, sys_root: Path = SYS) -> list[Path]:
+    """The path devices (nvmeScCnN, hidden) of a native-multipath NVMe head nvmeSnN, which count the I/O the head
+    passes on (older kernels count none on the head); none for any other device."""
+    head = re.fullmatch(r"nvme(\d+)n(\d+)", block.name)
+    if head is None or "nvme-subsystem" not in block.parts:
+        return []
+    return sorted((sys_root / "class" / "block").glob(f"nvme{head[1]}c*n{head[2]}"))
 
 
 def _is_stacked(block: Path) -> bool:
