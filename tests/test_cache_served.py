@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 from ckptqual.host.device_bytes import DeviceBytes, devices_of, devices_under, parse_stat
+from ckptqual.host.gpu import HostGpu
 from ckptqual.limits.cache_served import MIN_DEVICE_SHARE, cache_served_reason
 from ckptqual.runs.baseline import measure_baseline
 from ckptqual.runs.ranks import RankPool
+from ckptqual.runs.sweep.cells import Cell, SweepConfig
+from ckptqual.runs.sweep.driver import SweepRun
 from suite_runs import SMALL, lenient_drive, run_suite
 
 # Captured on this machine (kernel 6.x, 17 fields): /sys/block/vda/stat and /sys/block/loop0/stat.
@@ -137,11 +140,37 @@ def test_a_raw_read_from_the_cached_backing_file_of_a_loop_device_is_invalid(loo
 
 
 @needs_losetup
-def test_a_raw_read_with_the_layer_below_evicted_is_read_by_the_disk(loop_ext4):
+def test_a_raw_read_with_the_layer_below_evicted_is_read_by_the_disk(loop_ext4, tmp_path):
     baseline = _raw_read(loop_ext4("256M"), evict_below=True)
     (read,) = baseline.device["read"]
     assert read.device_bytes >= read.suite_bytes == 64 * MB and baseline.invalid() == {}
-    assert read.layer_below[0].endswith("evicted") and baseline.to_dict()["device"]["read"][0]["devices"] == ["vda"]
+    assert read.layer_below[0].endswith("evicted")
+    assert baseline.to_dict()["device"]["read"][0]["devices"] == devices_under(tmp_path).names
+
+
+@needs_losetup
+@pytest.mark.parametrize("evict_below", [False, True])
+def test_a_sweep_cell_from_the_cached_backing_file_is_invalid_and_from_the_disk_is_not(loop_ext4, evict_below):
+    """One O_DIRECT cell (4 jobs x 16 MiB of 1 MiB reads) on a loop ext4: O_DIRECT skips the files' page cache, not the
+    backing file's."""
+    mount = loop_ext4("256M")
+    (mount / "run").mkdir()
+    devices = devices_under(mount)
+    devices = devices if evict_below else replace(devices, backing_files=())
+    config = SweepConfig(block_sizes_bytes=(2**20,), threads=(4,), jobs=4, batch=4, file_bytes=16 * 2**20)
+    host = HostGpu(driver_problem="no CUDA driver library (test)")
+    run = SweepRun(config, mount / "run" / "sweep", seed=1, host=host, devices=devices)
+    try:
+        record = run.measure(Cell("cpu-only", 2**20, 4, 4, 4, requests_per_job=16)).record
+    finally:
+        run.close()
+    device = record["device"]
+    assert device["suite_bytes"] == 64 * 2**20 and record["settings"]["direct_io"] is True
+    if evict_below:
+        assert device["device_bytes"] >= device["suite_bytes"] and record["invalid_reason"] is None
+    else:
+        assert device["device_bytes"] < MIN_DEVICE_SHARE * device["suite_bytes"]
+        assert record["invalid_reason"].startswith("sweep cell cpu-only-1M-4: the devices under the target")
 
 
 @needs_losetup
@@ -166,3 +195,7 @@ def test_a_restore_through_a_loop_device_whose_backing_file_is_gone_is_invalid_n
     relative = next(m for m in data["measurements"] if m["measurement"] == "restore_throughput")
     assert relative["outcome"] == "INVALID" and "not judged: raw read 1: the devices under" in relative["message"]
     assert any(reason.startswith("restore INVALID: restore of checkpoint") for reason in data["verdict"]["reasons"])
+    summary = result.stdout[result.stdout.index("ckptqual summary") :]
+    disks = ", ".join(devices_under(tmp_path).names)
+    assert f"device bytes ({disks}; GB the devices moved of GB the suite moved): raw write " in summary
+    assert "layer below the files, before each cold read: loop" in summary and "could not be evicted" in summary
