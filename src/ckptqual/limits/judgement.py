@@ -75,13 +75,10 @@ def judge(
             value,
             unit,
             context,
-            relative_to_served(
+            _decided(
                 limit,
-                decide(
-                    limit,
-                    limit.evaluate(value, unit, baselines=dict(baselines), scale=scale, context=context),
-                    host_bound,
-                ),
+                limit.evaluate(value, unit, baselines=dict(baselines), scale=scale, context=context),
+                host_bound,
                 served_baselines or {},
             ),
             limit.describe(),
@@ -90,3 +87,10 @@ def judge(
         )
         for limit in applying
     ]
+
+
+def _decided(limit: Limit, verdict: Verdict, host_bound: str | None, served: Mapping[str, str]) -> Verdict:
+    """A limit's verdict on a figure: INVALID where its baseline was a cache's, else as the host-bound rule keeps it."""
+    if limit.relative_to in served:
+        return relative_to_served(limit, verdict, served)
+    return decide(limit, verdict, host_bound)
