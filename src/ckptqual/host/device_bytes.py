@@ -17,7 +17,7 @@ import socket
 import stat
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -85,10 +85,6 @@ class Devices:
     def evict_below(self) -> tuple[str, ...]:
         """Drops the layer below the files from the page cache (every loop backing file); one line for each."""
         return tuple(backing.evict() for backing in self.backing_files)
-
-    def to_dict(self) -> dict[str, Any]:
-        backing = [f"{b.path} (under {b.loop})" for b in self.backing_files]
-        return {"devices": self.names, "backing_files": backing, "not_countable": self.not_countable}
 
 
 def devices_under(path: Path, *, sys_root: Path = SYS, proc_root: Path = PROC, dev_root: Path = DEV) -> Devices:
@@ -200,7 +196,7 @@ class Count:
     devices: Devices
     read_bytes: int | None = None
     written_bytes: int | None = None
-    not_countable: str | None = field(default=None)
+    not_countable: str | None = None
 
     def of(
         self, suite_bytes: int, direction: str, nodes: Iterable[OnHost] = (), layer_below: tuple[str, ...] = ()
