@@ -12,7 +12,9 @@ import pytest
 from ckptqual.host.device_bytes import DeviceBytes, devices_of, devices_under, parse_stat
 from ckptqual.host.gpu import HostGpu
 from ckptqual.limits.cache_served import MIN_DEVICE_SHARE, cache_served_reason
+from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.runs.baseline import measure_baseline
+from ckptqual.runs.fill import FillCampaign
 from ckptqual.runs.ranks import RankPool
 from ckptqual.runs.sweep.cells import Cell, SweepConfig
 from ckptqual.runs.sweep.driver import SweepRun
@@ -146,6 +148,30 @@ def test_a_raw_read_with_the_layer_below_evicted_is_read_by_the_disk(loop_ext4, 
     assert read.device_bytes >= read.suite_bytes == 64 * MB and baseline.invalid() == {}
     assert read.layer_below[0].endswith("evicted")
     assert baseline.to_dict()["device"]["read"][0]["devices"] == devices_under(tmp_path).names
+
+
+@needs_losetup
+@pytest.mark.parametrize("barrier", [0, 1])
+def test_a_checkpoint_whose_fsynced_bytes_never_reached_the_disk_is_invalid(loop_ext4, barrier):
+    """ext4 with barrier=0 sends no flush, so the loop device never fsyncs its backing file: the checkpoints' fsyncs
+    return with their bytes in the page cache below, not on the disk. With barriers they reach the disk. (Two
+    checkpoints: on this busy shared disk other writers and writeback add to the count of one of them.)"""
+    mount = loop_ext4("600M", f"barrier={barrier}")
+    ranks = tuple(RankPlan(r, (FilePlan(f"model-{r}.pt", (TensorSpec("w", 25_000_000, "float32"),)),)) for r in (0, 1))
+    plan = CheckpointPlan("two 100 MB files", ranks)
+    (mount / "run" / "checkpoints").mkdir(parents=True)
+    with RankPool(2, seed=3, timeout_s=300) as pool:
+        campaign = FillCampaign(mount / "run" / "checkpoints", plan, pool, "stream", 2, remove=lambda d, what: None)
+        result = campaign.run_pass(1)
+    counts = [checkpoint.device for checkpoint in result.checkpoints]
+    assert {(c.direction, c.suite_bytes) for c in counts} == {("written", 200 * MB)}
+    if barrier:
+        assert all(c.device_bytes >= c.suite_bytes for c in counts) and result.invalid_reason() is None
+    else:
+        short = [c for c in result.checkpoints if c.device.device_bytes < MIN_DEVICE_SHARE * c.device.suite_bytes]
+        assert short, [c.device_bytes for c in counts]
+        assert result.invalid_reason() == cache_served_reason(f"checkpoint {short[0].checkpoint}", short[0].device)
+        assert "bytes of the 200,000,000 bytes the suite wrote and fsynced" in result.invalid_reason()
 
 
 @needs_losetup
