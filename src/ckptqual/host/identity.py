@@ -65,7 +65,7 @@ class DriveIdentity:
 def identify(path: Path, *, sys_root: Path = SYS, proc_root: Path = PROC) -> DriveIdentity:
     """The mount holding `path` and every physical device under it."""
     mount = mount_of(path, proc_root=proc_root)
-    block = _block_of(path, mount.get("source"), sys_root)
+    block = block_of(path, mount.get("source"), sys_root)
     mount.pop("source", None)
     if block is None:
         why = f"{mount.get('filesystem', 'this filesystem')} at {mount.get('mount_point', path)} has no block device"
@@ -204,7 +204,7 @@ def _number(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _block_of(path: Path, source: str | None, sys_root: Path) -> Path | None:
+def block_of(path: Path, source: str | None, sys_root: Path) -> Path | None:
     """The sysfs directory of the block device holding `path`: by its device number, else by the mount's source
     (btrfs and overlay report an anonymous device number)."""
     dev = os.stat(path).st_dev

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ckptqual.limits.cache_served import relative_to_served
 from ckptqual.limits.host_bound import decide
 from ckptqual.limits.limits import Limit, Verdict, limits_for
 
@@ -60,9 +61,11 @@ def judge(
     baselines: Mapping[str, float],
     scale: float,
     host_bound: str | None = None,
+    served_baselines: Mapping[str, str] | None = None,
 ) -> list[Judgement]:
     """The judgements of one measured value under every one of `limits` that applies to it; a figure that was
-    host-bound for `host_bound` keeps only the verdicts its bound decides, the others are INVALID."""
+    host-bound for `host_bound` keeps only the verdicts its bound decides, the others are INVALID, and so is every
+    verdict relative to a baseline of `served_baselines` (baseline -> why a cache served it)."""
     applying = limits_for(limits, measurement, context)
     if not applying:
         return [Judgement(measurement, value, unit, context, host_bound=host_bound)]
@@ -72,8 +75,11 @@ def judge(
             value,
             unit,
             context,
-            decide(
-                limit, limit.evaluate(value, unit, baselines=dict(baselines), scale=scale, context=context), host_bound
+            _decided(
+                limit,
+                limit.evaluate(value, unit, baselines=dict(baselines), scale=scale, context=context),
+                host_bound,
+                served_baselines or {},
             ),
             limit.describe(),
             limit.number,
@@ -81,3 +87,10 @@ def judge(
         )
         for limit in applying
     ]
+
+
+def _decided(limit: Limit, verdict: Verdict, host_bound: str | None, served: Mapping[str, str]) -> Verdict:
+    """A limit's verdict on a figure: INVALID where its baseline was a cache's, else as the host-bound rule keeps it."""
+    if limit.relative_to in served:
+        return relative_to_served(limit, verdict, served)
+    return decide(limit, verdict, host_bound)

@@ -54,6 +54,7 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     lines += mlperf_lines(mlperf_metrics(data)) if data.get("checkpoints") else []
     lines += _layout_line(data, outcomes)
     lines += _cpu_lines(data)
+    lines += _device_lines(data)
     lines += _health_lines(data.get("health", {}))
     lines += [f"error: {error}" for error in data.get("errors", [])]
     lines += _left_lines(data)
@@ -111,6 +112,33 @@ def _cpu_lines(data: dict[str, Any]) -> list[str]:
         return []
     lines = [f"CPU seconds per GB (user+system of the working processes): {', '.join(shown)}"]
     return lines + [f"  {name}: {entry['host_bound']}" for name, entry in phases if entry.get("host_bound")]
+
+
+def _device_lines(data: dict[str, Any]) -> list[str]:
+    """What the devices under the target moved against what the suite moved, per kind of timed region
+    (host.device_bytes), and what was done to the layer below them before the cold reads."""
+    baseline = data.get("baseline", {}).get("device", {})
+    phases = [(f"raw {kind}", count) for kind, rounds in baseline.items() for count in rounds]
+    phases += [("checkpoints", c["device"]) for c in data.get("checkpoints", []) if c.get("device")]
+    phases += [("restore", r["device"]) for r in data.get("restore", []) if r.get("device")]
+    phases += [("sweep", c["device"]) for c in data.get("sweep", {}).get("cells", []) if c.get("device")]
+    totals: dict[str, list[int]] = {}
+    for name, count in phases:
+        if count["device_bytes"] is not None:
+            total = totals.setdefault(name, [0, 0])
+            total[0] += count["device_bytes"]
+            total[1] += count["suite_bytes"]
+    unknown = sorted({count["not_countable"] for _, count in phases if count["not_countable"]})
+    lines = []
+    if totals:
+        devices = ", ".join(next(count["devices"] for _, count in phases if count["device_bytes"] is not None))
+        shown = ", ".join(
+            f"{name} {device / 1e9:,.3f} of {suite / 1e9:,.3f}" for name, (device, suite) in totals.items()
+        )
+        lines.append(f"device bytes ({devices}; GB the devices moved of GB the suite moved): {shown}")
+    lines += [f"device bytes not countable: {why}; those reads stand on the page-cache checks alone" for why in unknown]
+    below = sorted({line for _, count in phases for line in count.get("layer_below", [])})
+    return lines + [f"  layer below the files, before each cold read: {line}" for line in below]
 
 
 def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:

@@ -14,7 +14,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ckptqual.faults import RunError
+from ckptqual.host import device_bytes
 from ckptqual.host.cpu import HostUse, combined
+from ckptqual.host.device_bytes import DeviceBytes, Devices
+from ckptqual.limits.cache_served import cache_served_reason
 from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.runs.ranks import CheckpointTiming, Pool, RankFailure
@@ -55,6 +58,7 @@ class CheckpointRecord:
     ranks: list[dict] = field(default_factory=list)
     host: HostUse | None = None
     nodes: list[dict] = field(default_factory=list)  # per node, where the ranks ran on several (runs.cluster)
+    device: DeviceBytes | None = None  # what the devices under the target received meanwhile (host.device_bytes)
 
     @property
     def GBps(self) -> float:
@@ -73,7 +77,12 @@ class CheckpointRecord:
             "GBps": self.GBps,
             "cpu_s_per_GB": self.cpu_s_per_GB,
             "host_bound": host_bound_reason(self.host),
+            "device": self.device.to_dict() if self.device else None,
         }
+
+    def cache_served_reason(self) -> str | None:
+        """Why this checkpoint's time is not the drive's: its fsynced bytes did not all reach the devices."""
+        return cache_served_reason(f"checkpoint {self.checkpoint}", self.device)
 
 
 @dataclass
@@ -129,8 +138,12 @@ class PassResult:
         return host_bound_reason(self.host)
 
     def invalid_reason(self) -> str | None:
-        """Why this pass measured the payload generator rather than the drive, if it did; with several drives at
-        once, the generator has only this drive's share of the host's cores."""
+        """Why this pass measured something other than the drive, if it did: a checkpoint whose bytes the devices
+        did not receive (the first), or the payload generator; with several drives at once, the generator has only
+        this drive's share of the host's cores."""
+        served = next(filter(None, (c.cache_served_reason() for c in self.checkpoints)), None)
+        if served:
+            return served
         drives = self.drives_at_once
         share = self.generated_GBps / drives
         if share >= MIN_GENERATOR_HEADROOM * self.throughput_GBps:
@@ -175,8 +188,11 @@ class FillCampaign:
         remove: Remover,
         on_checkpoint: Callable[[CheckpointRecord, int], None] = lambda record, total: None,
         drives_at_once: int = 1,
+        devices: Devices | None = None,
     ) -> None:
+        """`devices`: whose counters show what reached the target (default: those under `root`'s parent)."""
         self.root, self.plan, self.pool, self.engine = root, plan, pool, engine
+        self.devices = devices if devices is not None else device_bytes.devices_under(root.parent)
         self.drives_at_once = drives_at_once
         self.checkpoints_per_pass = checkpoints_per_pass
         self.remove = remove
@@ -235,7 +251,8 @@ class FillCampaign:
         directory = self.checkpoint_dir(checkpoint)
         what = f"checkpoint {index}/{self.checkpoints_per_pass} of pass {number} ({directory.name})"
         try:
-            timing = self.pool.write_checkpoint(directory, checkpoint, self.plan.ranks, self.engine, what=what)
+            with device_bytes.counted(self.devices) as count:
+                timing = self.pool.write_checkpoint(directory, checkpoint, self.plan.ranks, self.engine, what=what)
         except RankFailure as error:
             self._remove_partial(directory, checkpoint)
             prefix = "the target ran out of space: " if error.fault == "out-of-space" else ""
@@ -244,7 +261,8 @@ class FillCampaign:
             self._remove_partial(directory, checkpoint)
             raise
         self.retained.append((checkpoint, directory))
-        record = _record(number, index, checkpoint, timing, removed, remove_s)
+        device = count.of(timing.bytes, "written", timing.nodes)
+        record = _record(number, index, checkpoint, timing, removed, remove_s, device)
         self.on_checkpoint(record, self.checkpoints_per_pass)
         return record
 
@@ -267,7 +285,13 @@ def run_rounds(fn: Callable[[], None], setup: Callable[[], None], rounds: int) -
 
 
 def _record(
-    number: int, index: int, checkpoint: int, timing: CheckpointTiming, removed: int | None, remove_s: float
+    number: int,
+    index: int,
+    checkpoint: int,
+    timing: CheckpointTiming,
+    removed: int | None,
+    remove_s: float,
+    device: DeviceBytes,
 ) -> CheckpointRecord:
     return CheckpointRecord(
         pass_number=number,
@@ -282,4 +306,5 @@ def _record(
         ranks=[asdict(r) for r in timing.ranks],
         host=timing.host,
         nodes=timing.node_figures(),
+        device=device,
     )

@@ -17,7 +17,7 @@ from typing import Any
 
 from ckptqual.config.run_settings import RunSettings
 from ckptqual.faults import RunError, fault_of_errno, os_error_line
-from ckptqual.host import health
+from ckptqual.host import device_bytes, health
 from ckptqual.host.cpu import HostSampler
 from ckptqual.host.sampler import Sampler, physical_devices
 from ckptqual.host.space import RunSpace
@@ -53,6 +53,8 @@ class Qualification:
         self.identity: DriveIdentity = identify(self.target.path)
         self._finished = False
         self._host_bound: dict[str, str] = {}  # measurement -> why its figure about to be judged was host-bound
+        self.devices = device_bytes.devices_under(self.target.path)  # whose counters show the target's real I/O
+        self.served_baselines: dict[str, str] = {}  # baseline -> why a cache served it (limits.cache_served)
         events.started({"path": str(self.target.path), "run_dir": str(self.run_dir)}, self.identity.to_dict())
         self.written = SuiteWrites()  # what the suite writes, told by the events, against what the drive counts
         self.events = Broadcast(events, self.written)
@@ -78,6 +80,7 @@ class Qualification:
             remove=self.remove,
             on_checkpoint=self._checkpoint_done,
             drives_at_once=settings.drives_at_once,
+            devices=self.devices,
         )
 
     @property
@@ -144,7 +147,9 @@ class Qualification:
         """Raw sequential write and read on the target, before anything else loads the drive; the rates that relative
         limits refer to (none where the drive file's [run] parts leaves the baseline out)."""
         self.events.measuring_baseline(self.settings.baseline_bytes)
-        baseline = measure_baseline(self.pool, self.run_dir / "raw", self.settings.baseline_bytes, self.remove)
+        raw_dir, total = self.run_dir / "raw", self.settings.baseline_bytes
+        baseline = measure_baseline(self.pool, raw_dir, total, self.remove, devices=self.devices)
+        self.served_baselines = baseline.invalid()
         self.events.baseline(baseline.to_dict())
         return baseline.as_baselines()
 
@@ -171,7 +176,7 @@ class Qualification:
             return None
         passes = [self.fill.passes[n] for n in range(2, number) if n in self.fill.passes]
         earlier = [c.GBps for result in passes for c in result.checkpoints]
-        settings, baselines = self.settings, self.baselines
+        settings, baselines, served = self.settings, self.baselines, self.served_baselines
         context = {"pass": number, "state": "steady"}
 
         def outcomes(result: PassResult) -> tuple[str, ...]:
@@ -179,7 +184,7 @@ class Qualification:
             return tuple(
                 j.outcome
                 for name, value, unit in fill_measurements(result)
-                for j in judge(limits, name, value, unit, context, baselines, settings.scale, bound)
+                for j in judge(limits, name, value, unit, context, baselines, settings.scale, bound, served)
             )
 
         return lambda result: stop_reason(result, earlier, outcomes)
@@ -202,20 +207,23 @@ class Qualification:
         plan = self.settings.plan
         try:
             cached = evict_checkpoint(directory, plan)
+            below = self.devices.evict_below()
         except OSError as error:
             message = f"checkpoint {checkpoint} cannot be read back: {os_error_line(error, 'evict')}"
             fault = "integrity" if error.errno == errno.ENOENT else fault_of_errno(error.errno)
             raise self._failed(RestoreError(message, fault, error.errno)) from error
         options = {"engine": self.settings.engine}
         try:
-            timing = self.pool.run(
-                "read", directory, plan.ranks, f"restore of checkpoint {checkpoint}", checkpoint, options
-            )
+            with device_bytes.counted(self.devices) as count:
+                timing = self.pool.run(
+                    "read", directory, plan.ranks, f"restore of checkpoint {checkpoint}", checkpoint, options
+                )
         except RankFailure as error:
             raise self._failed(RestoreError(str(error), error.fault, error.errno)) from error
         ranks = [asdict(r) for r in timing.ranks]
         figures = (timing.bytes, timing.seconds, timing.first_done_s, cached, timing.generated_GBps, ranks)
-        result = RestoreResult(checkpoint, *figures, host=timing.host, nodes=timing.node_figures())
+        device = count.of(timing.bytes, "read", timing.nodes, below)
+        result = RestoreResult(checkpoint, *figures, host=timing.host, nodes=timing.node_figures(), device=device)
         self.events.restore(result.to_dict())
         self.host_bound_figure("restore_throughput", result.host_bound_reason())
         return result
@@ -258,6 +266,7 @@ class Qualification:
                 baselines,
                 settings.scale,
                 self._host_bound.pop(name, None),
+                self.served_baselines,
             )
         ]
         self.events.judged([j.to_dict() for j in judgements])

@@ -18,9 +18,11 @@ import torch
 
 from ckptqual.host import cache
 from ckptqual.host.cpu import HostUse
+from ckptqual.host.device_bytes import DeviceBytes
 from ckptqual.io.engines import make_engine
 from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO
 from ckptqual.io.engines.readback import check_loaded, first_line, tensor_bytes
+from ckptqual.limits.cache_served import cache_served_reason
 from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.plan.model import CheckpointPlan
 
@@ -99,6 +101,7 @@ class RestoreResult:
     # Per node, where the ranks ran on several (runs.cluster): each node read what the next one wrote
     # (`read_files_of_node`), so that no node read back from the page cache that wrote the files.
     nodes: list[dict] = field(default_factory=list)
+    device: DeviceBytes | None = None  # what the devices under the target read meanwhile (host.device_bytes)
 
     @property
     def GBps(self) -> float:
@@ -111,6 +114,9 @@ class RestoreResult:
                 f"{self.cached_fraction_before:.0%} of the checkpoint was still in the page cache after "
                 f"eviction; the read would not come from the drive"
             )
+        served = cache_served_reason(f"restore of checkpoint {self.checkpoint}", self.device)
+        if served:
+            return served
         if self.payload_GBps < MIN_VERIFY_HEADROOM * self.GBps:
             return (
                 f"verification was the bottleneck: checking ran at {self.payload_GBps:.2f} GB/s on this host's "
@@ -127,6 +133,7 @@ class RestoreResult:
         host = self.host.to_dict() if self.host else None
         cpu = self.host.cpu_s_per_GB(self.bytes) if self.host else None
         extra = {"host": host, "GBps": self.GBps, "cpu_s_per_GB": cpu, "host_bound": self.host_bound_reason()}
+        extra |= {"device": self.device.to_dict() if self.device else None, "invalid": self.invalid_reason()}
         return {**self.__dict__, **extra}
 
 

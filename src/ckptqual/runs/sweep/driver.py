@@ -17,10 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from ckptqual.host import device_bytes
 from ckptqual.host.cpu import HostSampler, HostUse, own_cpu_s
+from ckptqual.host.device_bytes import DeviceBytes, Devices
 from ckptqual.host.gpu import HostGpu
 from ckptqual.io.readers import make_reader
 from ckptqual.io.readers.base import CellReader, CheckBlock, Pending, Reader, ReadError, ReadShape
+from ckptqual.limits.cache_served import cache_served_reason
 from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.runs.sweep import cells
 from ckptqual.runs.sweep.cells import MAX_CACHED_FRACTION, Cell, CellStats, SweepConfig, cell_stats
@@ -71,7 +74,9 @@ class SweepRun:
         cufile_log: Path | None = None,
         run: ChangeRunner = run_here,
         sampler: HostSampler | None = None,
+        devices: Devices | None = None,
     ) -> None:
+        """`devices`: whose counters show what the cells really read (default: those under `directory`'s parent)."""
         if verify not in ("last", "all", "none"):
             raise ValueError(f"verify must be last, all or none, got {verify!r}")
         self.config, self.host, self.say, self.verify, self.run = config, host, say, verify, run
@@ -79,6 +84,7 @@ class SweepRun:
         self.cufile_log = cufile_log
         self.sampler = sampler or HostSampler()  # the reads run in this process (or a child): its CPU time is theirs
         self.files = SweepFiles(directory, config.jobs, config.file_bytes, seed)
+        self.devices = devices if devices is not None else device_bytes.devices_under(directory.parent)
         self._starts = [0] * config.jobs
         self.data: dict[str, Any] = {
             "config": config.to_dict(),
@@ -123,7 +129,7 @@ class SweepRun:
         try:
             reader.open(self.files.paths, read_shape(cell))
             record["start_offsets"] = list(self._starts)
-            run, cached_before, host = self._timed_read(reader, cell, runner or plain_runner)
+            run, cached_before, host, device = self._timed_read(reader, cell, runner or plain_runner)
             self._starts = run.next_starts
             record["cached_fraction_after"] = self.files.cached_fraction()
             verified = run.verified_requests + self._check_last_batches(reader, cell, run)
@@ -136,7 +142,8 @@ class SweepRun:
                 host=host.to_dict(),
                 cpu_s_per_GB=host.cpu_s_per_GB(stats.bytes),
                 host_bound=host_bound_reason(host, "the sweep's process"),
-                invalid_reason=self._invalid_reason(reader, cached_before),
+                device=device.to_dict(),
+                invalid_reason=self._invalid_reason(reader, cell, cached_before, device),
             )
         except BaseException as error:
             record["error"] = f"{type(error).__name__}: {error}"
@@ -153,23 +160,27 @@ class SweepRun:
         )
         return CellResult(cell, stats, record)
 
-    def _timed_read(self, reader: Reader, cell: Cell, runner: Runner) -> tuple[CellRun, float, HostUse]:
-        """The cell's reads as `runner` times them, after evicting the files; the fraction cached before them; the
-        host's use meanwhile (this process's CPU seconds and its children's: the reads run there)."""
+    def _timed_read(self, reader: Reader, cell: Cell, runner: Runner) -> tuple[CellRun, float, HostUse, DeviceBytes]:
+        """The cell's reads as `runner` times them, after evicting the files and the layer below them; the fraction
+        cached before them; the host's use meanwhile (this process's CPU seconds and its children's: the reads run
+        there); what the devices under the files read meanwhile."""
         box: dict[str, Any] = {}
 
         def setup() -> None:
             self.files.evict()
             box["cached_before"] = self.files.cached_fraction()
+            box["below"] = self.devices.evict_below()
 
         def read() -> None:
             check = self.files.check if self.verify == "all" else None
-            start, cpu_start = self.sampler.mark(), own_cpu_s()
-            box["run"] = run_cell(reader, cell, self._starts, self.config.file_bytes, check_block=check)
-            box["host"] = self.sampler.use(start, self.sampler.mark(), own_cpu_s() - cpu_start)
+            with device_bytes.counted(self.devices) as count:
+                start, cpu_start = self.sampler.mark(), own_cpu_s()
+                box["run"] = run_cell(reader, cell, self._starts, self.config.file_bytes, check_block=check)
+                box["host"] = self.sampler.use(start, self.sampler.mark(), own_cpu_s() - cpu_start)
+            box["device"] = count.of(box["run"].bytes, "read", layer_below=box["below"])
 
         runner(read, setup)
-        return box["run"], box["cached_before"], box["host"]
+        return box["run"], box["cached_before"], box["host"], box["device"]
 
     def _check_last_batches(self, reader: Reader, cell: Cell, run: CellRun) -> int:
         """With verify="last", checks what every job's buffers hold after the cell (its last batch), untimed."""
@@ -180,13 +191,13 @@ class SweepRun:
                 checked += 1
         return checked
 
-    def _invalid_reason(self, reader: Reader, cached_before: float) -> str | None:
+    def _invalid_reason(self, reader: Reader, cell: Cell, cached_before: float, device: DeviceBytes) -> str | None:
         if cached_before > MAX_CACHED_FRACTION:
             return (
                 f"{cached_before:.1%} of the sweep files were in the page cache before the cell (eviction did not "
                 f"work, at most {MAX_CACHED_FRACTION:.0%} allowed): reads would not all come from the drive"
             )
-        return reader.invalid_reason()
+        return cache_served_reason(f"sweep cell {cell.id}", device) or reader.invalid_reason()
 
     def set_outcome(self, cell: Cell, outcome: str) -> None:
         """Records the verdict the caller reached for a measured cell."""
