@@ -1,11 +1,12 @@
-"""The regression gate: two runs' records compared metric by metric, each change against its noise band (from
-the rounds within each run) and an allowed percentage. A metric regresses only when it is worse beyond both."""
+"""The regression gate: two runs' records compared metric by metric. Each change is judged against a noise band that
+comes from what the two runs themselves measured (their rounds, checkpoints and cells) and against an allowed
+percentage; a metric regresses only when it is worse beyond both. Host-bound figures are not judged."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from statistics import fmean, stdev
 from typing import Any
@@ -13,7 +14,13 @@ from typing import Any
 from ckptqual.report.extract import Run, measured_cells, passes, steady_rounds
 from ckptqual.report.summary import table
 
-BAND_SE = 2.0  # the noise band is this many standard errors of the difference of the two means
+STANDARD_ERRORS = 3.0  # the band is at least this many standard errors of the difference of the two means
+NOISE_FLOOR = 0.05  # and never narrower than this fraction of the base figure
+RULE = (
+    f"noise band: the widest of {STANDARD_ERRORS:g} standard errors of the difference of the means, either run's "
+    f"own min-max spread of its rounds, and {NOISE_FLOOR:.0%} (a single-round figure takes the relative noise of its "
+    "run's raw baseline rounds); host-bound figures are not judged"
+)
 
 
 class CompareError(ValueError):
@@ -21,18 +28,36 @@ class CompareError(ValueError):
 
 
 @dataclass(frozen=True)
+class Noise:
+    """A figure's relative noise in one run: the standard error of its mean and the min-max spread of its rounds,
+    both as fractions of the mean."""
+
+    standard_error: float
+    spread: float
+
+
+@dataclass(frozen=True)
 class Metric:
-    """One figure of a run with its rounds; a single-round figure borrows the relative spread of the run's raw
-    baseline rounds (`noise_from`), the drive's own variation measured in the same run."""
+    """One figure of a run with its rounds; a single-round figure borrows the relative noise of the run's raw
+    baseline rounds (`noise_from`), the drive's own variation measured in the same run. `host_bound` says why the
+    figure measured the host rather than the drive, where it did."""
 
     name: str
     unit: str
     rounds: tuple[float, ...]
     noise_from: str | None = None
+    host_bound: str | None = None
 
     @property
     def mean(self) -> float:
         return fmean(self.rounds)
+
+    def own_noise(self) -> Noise | None:
+        """The noise of its own rounds; None with fewer than two, or a mean of zero."""
+        if len(self.rounds) < 2 or self.mean <= 0:
+            return None
+        standard_error = stdev(self.rounds) / math.sqrt(len(self.rounds)) / self.mean
+        return Noise(standard_error, (max(self.rounds) - min(self.rounds)) / self.mean)
 
 
 @dataclass(frozen=True)
@@ -44,9 +69,13 @@ class Change:
     base: float
     new: float
     change: float  # (new - base) / base; every metric is higher-is-better
-    band: float | None  # relative half-width; None: no rounds to tell the noise
+    band: float | None  # relative half-width; None: not judged (host-bound, or no rounds to tell the noise)
     regressed: bool
     word: str
+
+
+def _round_host_bound(rounds: Sequence[dict[str, Any]]) -> str | None:
+    return next((entry["host_bound"] for entry in rounds if entry.get("host_bound")), None)
 
 
 def run_metrics(data: dict[str, Any]) -> dict[str, Metric]:
@@ -54,16 +83,24 @@ def run_metrics(data: dict[str, Any]) -> dict[str, Metric]:
     odd layouts; all throughputs (or ratios of throughputs), so higher is better."""
     found: list[Metric] = []
     baseline = data.get("baseline", {})
-    for key, name in (("write_GBps", "raw_write"), ("read_GBps", "raw_read")):
+    host = baseline.get("host", {})
+    for key, name, kind in (("write_GBps", "raw_write", "write"), ("read_GBps", "raw_read", "read")):
         if baseline.get(key):
-            found.append(Metric(name, "GB/s", tuple(baseline[key])))
+            found.append(Metric(name, "GB/s", tuple(baseline[key]), None, _round_host_bound(host.get(kind, []))))
+    bound = {result["pass"]: result.get("host_bound") for result in data.get("passes", [])}
     for number, checkpoints in passes(data).items():
-        found.append(Metric(f"pass{number}", "GB/s", tuple(c["GBps"] for c in checkpoints), "raw_write"))
+        rounds = tuple(c["GBps"] for c in checkpoints)
+        found.append(Metric(f"pass{number}", "GB/s", rounds, "raw_write", bound.get(number)))
     if steady_rounds(data):
-        found.append(Metric("steady", "GB/s", tuple(steady_rounds(data)), "raw_write"))
+        steady_bound = next((why for number, why in sorted(bound.items()) if number >= 2 and why), None)
+        found.append(Metric("steady", "GB/s", tuple(steady_rounds(data)), "raw_write", steady_bound))
     if data.get("restore"):
-        found.append(Metric("restore", "GB/s", tuple(r["GBps"] for r in data["restore"]), "raw_read"))
-    found += [Metric(f"sweep.{c['id']}", "GiB/s", (c["GiBps"],), "raw_read") for c in measured_cells(data)]
+        rounds = tuple(r["GBps"] for r in data["restore"])
+        found.append(Metric("restore", "GB/s", rounds, "raw_read", _round_host_bound(data["restore"])))
+    found += [
+        Metric(f"sweep.{c['id']}", "GiB/s", (c["GiBps"],), "raw_read", c.get("host_bound"))
+        for c in measured_cells(data)
+    ]
     judged = [layout["ratio"] for layout in data.get("layouts", []) if layout.get("judged")]
     if judged:
         found.append(Metric("layouts.ratio", "ratio", tuple(judged), "raw_write"))
@@ -71,33 +108,39 @@ def run_metrics(data: dict[str, Any]) -> dict[str, Metric]:
     return {metric.name: metric for metric in found if metric.rounds}
 
 
-def _standard_error(metric: Metric, metrics: dict[str, Metric]) -> float | None:
-    """The standard error of the metric's mean, from its rounds, else from its baseline's relative spread."""
+def _noise(metric: Metric, metrics: dict[str, Metric]) -> Noise | None:
+    """The metric's relative noise, from its rounds, else from its run's raw baseline rounds."""
     if len(metric.rounds) >= 2:
-        return stdev(metric.rounds) / math.sqrt(len(metric.rounds))
+        return metric.own_noise()
     source = metrics.get(metric.noise_from or "")
-    if source is None or len(source.rounds) < 2 or not source.mean:
-        return None
-    return stdev(source.rounds) / source.mean * metric.mean
+    return source.own_noise() if source is not None else None
+
+
+def noise_band(base: Noise, new: Noise) -> float:
+    """The relative half-width within which two means are alike: the widest of STANDARD_ERRORS standard errors of
+    their difference, either run's min-max spread, and NOISE_FLOOR."""
+    combined = STANDARD_ERRORS * math.hypot(base.standard_error, new.standard_error)
+    return max(combined, base.spread, new.spread, NOISE_FLOOR)
 
 
 def compare_metric(name: str, base: dict[str, Metric], new: dict[str, Metric], max_regression: float) -> Change:
     """The change of metric `name` from `base` to `new`; `max_regression` is a fraction (0.05 for 5 %)."""
     b, n = base[name], new[name]
-    change = (n.mean - b.mean) / b.mean if b.mean else math.inf
-    errors = [_standard_error(b, base), _standard_error(n, new)]
-    band = BAND_SE * math.sqrt(sum(e**2 for e in errors)) / b.mean if None not in errors and b.mean else None
-    beyond_noise = band is None or abs(change) > band
-    regressed = change < 0 and beyond_noise and -change > max_regression
-    if regressed:
-        word = "REGRESSION"
-    elif not beyond_noise:
+    change = (n.mean - b.mean) / b.mean if b.mean else (0.0 if n.mean == b.mean else math.inf)
+    unjudged = Change(name, b.unit, b.mean, n.mean, change, None, False, "")
+    if b.host_bound or n.host_bound:
+        return replace(unjudged, word="host-bound: not judged")
+    noises = _noise(b, base), _noise(n, new)
+    if noises[0] is None or noises[1] is None:
+        return replace(unjudged, word="no rounds to tell its noise: not judged")
+    band = noise_band(noises[0], noises[1])
+    if change < 0 and -change > band and -change > max_regression:
+        return replace(unjudged, band=band, regressed=True, word="REGRESSION")
+    if abs(change) <= band:
         word = "within noise"
-    elif change < 0:
-        word = f"worse, within the allowed {max_regression:.0%}"
     else:
-        word = "better" if change > 0 else "unchanged"
-    return Change(name, b.unit, b.mean, n.mean, change, band, regressed, word)
+        word = "better" if change > 0 else f"worse, within the allowed {max_regression:.0%}"
+    return replace(unjudged, band=band, word=word)
 
 
 def select(names: Sequence[str], patterns: Sequence[str] | None) -> list[str]:
@@ -128,6 +171,20 @@ def _differences(base: Run, new: Run) -> list[str]:
     return [f"{key} {a.get(key)} vs {b.get(key)}" for key in keys if a.get(key) != b.get(key)]
 
 
+def _host_bound_lines(names: Sequence[str], base: dict[str, Metric], new: dict[str, Metric]) -> list[str]:
+    """Why each host-bound metric was left out, per run."""
+    lines = []
+    for name in names:
+        for which, metrics in (("base", base), ("new", new)):
+            if metrics[name].host_bound:
+                lines.append(f"{name} not judged: {which} {metrics[name].host_bound}")
+    return lines
+
+
+def _shown(value: float, unit: str) -> str:
+    return f"{value:.4g} {unit}"
+
+
 def compare_runs(
     base: Run, new: Run, max_regression: float = 0.05, patterns: Sequence[str] | None = None
 ) -> tuple[list[Change], list[str]]:
@@ -155,25 +212,27 @@ def compare_runs(
         for c in changes
     ]
     lines += table(["metric", "unit", "base", "new", "change", "noise band", ""], rows) if rows else []
+    lines += _host_bound_lines([c.name for c in changes if c.word.startswith("host-bound")], base_metrics, new_metrics)
     lines += [f"{name}: only in {'base' if name in base_metrics else 'new'}" for name in chosen if name not in both]
-    lines.append(
-        f"noise band: {BAND_SE:g} standard errors of the difference of the means, from each run's rounds "
-        "(a single-round figure takes the spread of its run's raw baseline rounds)"
-    )
+    lines.append(RULE)
     lines.append(_conclusion(changes, max_regression))
     return changes, lines
 
 
 def _conclusion(changes: Sequence[Change], max_regression: float) -> str:
+    judged = [c for c in changes if c.band is not None]
+    left_out = f" ({len(changes) - len(judged)} not judged)" if len(judged) < len(changes) else ""
     regressed = [c for c in changes if c.regressed]
     if not regressed:
         return (
-            f"ckptqual compare: no regression beyond its noise band and {max_regression:.0%} in {len(changes)} metrics"
+            f"ckptqual compare: no regression beyond its noise band and {max_regression:.0%} in {len(judged)} "
+            f"judged metrics{left_out}"
         )
     listed = ", ".join(
-        f"{c.name} {c.change:+.1%} (band {'n/a' if c.band is None else f'±{c.band:.1%}'})" for c in regressed
+        f"{c.name} {c.change:+.1%} ({_shown(c.base, c.unit)} -> {_shown(c.new, c.unit)}, band ±{c.band:.1%})"
+        for c in regressed
     )
     return (
-        f"ckptqual compare: REGRESSION: {len(regressed)} of {len(changes)} metrics worse beyond their noise band "
-        f"and {max_regression:.0%}: {listed}"
+        f"ckptqual compare: REGRESSION: {len(regressed)} of {len(judged)} judged metrics worse beyond their noise "
+        f"band and {max_regression:.0%}: {listed}"
     )
