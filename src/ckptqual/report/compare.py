@@ -1,6 +1,6 @@
-"""The regression gate: two runs' records compared metric by metric. Each change is judged against a noise band that
-comes from what the two runs themselves measured (their rounds, checkpoints and cells) and against an allowed
-percentage; a metric regresses only when it is worse beyond both. Host-bound figures are not judged."""
+"""The regression gate: two runs' records compared metric by metric, each change against the noise band of what the
+two runs themselves measured (report.noise) and an allowed percentage; a metric regresses only when it is worse
+beyond both. Host-bound figures measured the host, not the drive: they are not judged, and the report says why."""
 
 from __future__ import annotations
 
@@ -8,19 +8,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
-from statistics import fmean, stdev
+from statistics import fmean
 from typing import Any
 
 from ckptqual.report.extract import Run, measured_cells, passes, steady_rounds
+from ckptqual.report.noise import RULE, Noise, band, mean_noise, paired, single_noise
 from ckptqual.report.summary import table
 
-STANDARD_ERRORS = 3.0  # the band is at least this many standard errors of the difference of the two means
-NOISE_FLOOR = 0.05  # and never narrower than this fraction of the base figure
-RULE = (
-    f"noise band: the widest of {STANDARD_ERRORS:g} standard errors of the difference of the means, either run's "
-    f"own min-max spread of its rounds, and {NOISE_FLOOR:.0%} (a single-round figure takes the relative noise of its "
-    "run's raw baseline rounds); host-bound figures are not judged"
-)
+SWEEP = "sweep"  # the read sweep's cells together, compared in pairs
 
 
 class CompareError(ValueError):
@@ -28,19 +23,9 @@ class CompareError(ValueError):
 
 
 @dataclass(frozen=True)
-class Noise:
-    """A figure's relative noise in one run: the standard error of its mean and the min-max spread of its rounds,
-    both as fractions of the mean."""
-
-    standard_error: float
-    spread: float
-
-
-@dataclass(frozen=True)
 class Metric:
-    """One figure of a run with its rounds; a single-round figure borrows the relative noise of the run's raw
-    baseline rounds (`noise_from`), the drive's own variation measured in the same run. `host_bound` says why the
-    figure measured the host rather than the drive, where it did."""
+    """One figure of a run with its rounds; a single-round figure borrows the spread of one round of a related
+    figure of the same run (`noise_from`). `host_bound` says why the figure measured the host, where it did."""
 
     name: str
     unit: str
@@ -51,13 +36,6 @@ class Metric:
     @property
     def mean(self) -> float:
         return fmean(self.rounds)
-
-    def own_noise(self) -> Noise | None:
-        """The noise of its own rounds; None with fewer than two, or a mean of zero."""
-        if len(self.rounds) < 2 or self.mean <= 0:
-            return None
-        standard_error = stdev(self.rounds) / math.sqrt(len(self.rounds)) / self.mean
-        return Noise(standard_error, (max(self.rounds) - min(self.rounds)) / self.mean)
 
 
 @dataclass(frozen=True)
@@ -98,49 +76,73 @@ def run_metrics(data: dict[str, Any]) -> dict[str, Metric]:
         rounds = tuple(r["GBps"] for r in data["restore"])
         found.append(Metric("restore", "GB/s", rounds, "raw_read", _round_host_bound(data["restore"])))
     found += [
-        Metric(f"sweep.{c['id']}", "GiB/s", (c["GiBps"],), "raw_read", c.get("host_bound"))
-        for c in measured_cells(data)
+        Metric(f"{SWEEP}.{c['id']}", "GiB/s", (c["GiBps"],), None, c.get("host_bound")) for c in measured_cells(data)
     ]
     judged = [layout["ratio"] for layout in data.get("layouts", []) if layout.get("judged")]
     if judged:
         found.append(Metric("layouts.ratio", "ratio", tuple(judged), "raw_write"))
-        found.append(Metric("layouts.slowest_ratio", "ratio", (min(judged),), "raw_write"))
+        found.append(Metric("layouts.slowest_ratio", "ratio", (min(judged),), "layouts.ratio"))
     return {metric.name: metric for metric in found if metric.rounds}
 
 
 def _noise(metric: Metric, metrics: dict[str, Metric]) -> Noise | None:
-    """The metric's relative noise, from its rounds, else from its run's raw baseline rounds."""
+    """The metric's noise, from its rounds, else from one round of its run's related figure."""
     if len(metric.rounds) >= 2:
-        return metric.own_noise()
+        return mean_noise(metric.rounds)
     source = metrics.get(metric.noise_from or "")
-    return source.own_noise() if source is not None else None
+    return single_noise(metric.mean, source.rounds) if source is not None else None
 
 
-def noise_band(base: Noise, new: Noise) -> float:
-    """The relative half-width within which two means are alike: the widest of STANDARD_ERRORS standard errors of
-    their difference, either run's min-max spread, and NOISE_FLOOR."""
-    combined = STANDARD_ERRORS * math.hypot(base.standard_error, new.standard_error)
-    return max(combined, base.spread, new.spread, NOISE_FLOOR)
+def _unjudged(name: str, b: Metric, n: Metric) -> Change:
+    change = (n.mean - b.mean) / b.mean if b.mean else (0.0 if n.mean == b.mean else math.inf)
+    return Change(name, b.unit, b.mean, n.mean, change, None, False, "")
+
+
+def _judged(change: Change, width: float, max_regression: float) -> Change:
+    """`change` judged against a band of relative half-width `width` and the allowance."""
+    if change.change < 0 and -change.change > width and -change.change > max_regression:
+        return replace(change, band=width, regressed=True, word="REGRESSION")
+    if abs(change.change) <= width:
+        return replace(change, band=width, word="within noise")
+    word = "better" if change.change > 0 else f"worse, within the allowed {max_regression:.0%}"
+    return replace(change, band=width, word=word)
 
 
 def compare_metric(name: str, base: dict[str, Metric], new: dict[str, Metric], max_regression: float) -> Change:
     """The change of metric `name` from `base` to `new`; `max_regression` is a fraction (0.05 for 5 %)."""
     b, n = base[name], new[name]
-    change = (n.mean - b.mean) / b.mean if b.mean else (0.0 if n.mean == b.mean else math.inf)
-    unjudged = Change(name, b.unit, b.mean, n.mean, change, None, False, "")
+    unjudged = _unjudged(name, b, n)
     if b.host_bound or n.host_bound:
         return replace(unjudged, word="host-bound: not judged")
     noises = _noise(b, base), _noise(n, new)
     if noises[0] is None or noises[1] is None:
         return replace(unjudged, word="no rounds to tell its noise: not judged")
-    band = noise_band(noises[0], noises[1])
-    if change < 0 and -change > band and -change > max_regression:
-        return replace(unjudged, band=band, regressed=True, word="REGRESSION")
-    if abs(change) <= band:
-        word = "within noise"
-    else:
-        word = "better" if change > 0 else f"worse, within the allowed {max_regression:.0%}"
-    return replace(unjudged, band=band, word=word)
+    return _judged(unjudged, band(b.mean, noises[0], noises[1]), max_regression)
+
+
+def compare_cells(
+    names: Sequence[str], base: dict[str, Metric], new: dict[str, Metric], max_regression: float
+) -> list[Change]:
+    """The sweep cells among `names`, each judged against the spread of the log ratios of every cell both runs
+    measured without being host-bound, and those cells together as `sweep` (their geometric means)."""
+    cells = [name for name in names if name.startswith(f"{SWEEP}.")]
+    fair = [name for name in cells if not (base[name].host_bound or new[name].host_bound)]
+    ratios = [math.log(new[name].mean / base[name].mean) for name in fair if base[name].mean > 0 < new[name].mean]
+    pairs = paired(ratios) if len(ratios) == len(fair) else None
+    changes = []
+    for name in cells:
+        unjudged = _unjudged(name, base[name], new[name])
+        if name not in fair:
+            changes.append(replace(unjudged, word="host-bound: not judged"))
+        elif pairs is None:
+            changes.append(replace(unjudged, word="too few cells to tell their noise: not judged"))
+        else:
+            changes.append(_judged(unjudged, pairs.single_band, max_regression))
+    if pairs is not None:
+        means = [math.exp(fmean(math.log(metrics[name].mean) for name in fair)) for metrics in (base, new)]
+        whole = Change(SWEEP, base[fair[0]].unit, means[0], means[1], pairs.change, None, False, "")
+        changes.append(_judged(whole, pairs.band, max_regression))
+    return changes
 
 
 def select(names: Sequence[str], patterns: Sequence[str] | None) -> list[str]:
@@ -172,12 +174,13 @@ def _differences(base: Run, new: Run) -> list[str]:
 
 
 def _host_bound_lines(names: Sequence[str], base: dict[str, Metric], new: dict[str, Metric]) -> list[str]:
-    """Why each host-bound metric was left out, per run."""
+    """Why each host-bound metric was left out: the runs it was host-bound in and the first one's reason."""
     lines = []
     for name in names:
-        for which, metrics in (("base", base), ("new", new)):
-            if metrics[name].host_bound:
-                lines.append(f"{name} not judged: {which} {metrics[name].host_bound}")
+        runs = [(which, metrics[name].host_bound) for which, metrics in (("base", base), ("new", new))]
+        bound = [(which, why) for which, why in runs if why]
+        if bound:
+            lines.append(f"{name} not judged: {' and '.join(which for which, _ in bound)} {bound[0][1]}")
     return lines
 
 
@@ -193,7 +196,12 @@ def compare_runs(
     names = list(dict.fromkeys([*base_metrics, *new_metrics]))
     chosen = select(names, patterns)
     both = [name for name in chosen if name in base_metrics and name in new_metrics]
-    changes = [compare_metric(name, base_metrics, new_metrics, max_regression) for name in both]
+    changes = [
+        compare_metric(name, base_metrics, new_metrics, max_regression)
+        for name in both
+        if not name.startswith(f"{SWEEP}.")
+    ]
+    changes += compare_cells(both, base_metrics, new_metrics, max_regression)
     lines = [
         f"base {base.label} ({base.path}): {base.data.get('verdict', {}).get('overall', 'no verdict')}",
         f"new  {new.label} ({new.path}): {new.data.get('verdict', {}).get('overall', 'no verdict')}",

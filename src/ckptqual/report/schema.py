@@ -6,10 +6,10 @@ It types what the readers read; keys it does not name are free, so a newer recor
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
 from ckptqual.limits.units import UNITS
@@ -189,7 +189,7 @@ MEASUREMENT = record(
 )
 LIMIT = record({"unit": STRING, "where": nullable(OBJECT), "min": SCALAR, "max": SCALAR}, ("measurement", "unit"))
 TEST = record({"subject": SUBJECT, "outcome": STRING}, ("subject", "outcome", "message"))
-VERDICT = record({"overall": STRING, "reasons": array(STRING)}, ("overall",))
+VERDICT = record({"overall": STRING, "reasons": array(STRING)}, ("overall", "reasons"))
 CLEANUP = record({"removed": BOOLEAN, "errors": array(STRING)}, ("removed",))
 LEFT = array(record({}, ("path", "why")))
 
@@ -245,7 +245,15 @@ SCHEMA: dict[str, Any] = {
     "then": INDEX,
     "else": RUN,
 }
-_VALIDATOR = Draft202012Validator(SCHEMA)
+
+
+def _finite(checker: Any, instance: Any) -> bool:
+    """JSON has no NaN or infinity, but Python's json reads them: a number of the record is finite."""
+    return Draft202012Validator.TYPE_CHECKER.is_type(instance, "number") and math.isfinite(instance)
+
+
+_TYPES = Draft202012Validator.TYPE_CHECKER.redefine("number", _finite)
+_VALIDATOR = validators.extend(Draft202012Validator, type_checker=_TYPES)(SCHEMA)
 
 
 def key_path(parts: Iterable[str | int]) -> str:
@@ -261,23 +269,13 @@ def key_path(parts: Iterable[str | int]) -> str:
     return text or "the top level"
 
 
-def _not_finite(value: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:
-    """The paths of every NaN or infinity in `value` (JSON has neither; Python's json reads them)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        yield path
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _not_finite(item, (*path, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _not_finite(item, (*path, index))
-
-
 def _described(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
     if isinstance(value, int | float):
         return f"the number {value:g}"
     return {str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
@@ -308,15 +306,5 @@ def _problem(error: ValidationError) -> str:
 
 def shape_problem(data: Any) -> str | None:
     """Why `data` is not a results record as ckptqual writes it, naming the key; None when it is."""
-    for path in _not_finite(data):
-        value = _at(data, path)
-        shown = "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
-        return f"{key_path(path)}: {shown} where a finite number belongs"
     error = best_match(_VALIDATOR.iter_errors(data))
     return None if error is None else _problem(error)
-
-
-def _at(data: Any, path: tuple[str | int, ...]) -> Any:
-    for part in path:
-        data = data[part]
-    return data
