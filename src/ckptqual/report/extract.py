@@ -45,8 +45,6 @@ def load_run(path: Path) -> Run:
         raise ResultsError(f"{path}: {error.strerror}; give the file written by --results") from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
         raise ResultsError(f"{path}: not JSON ({error}); give the file written by --results") from None
-    if not isinstance(data, dict) or "settings" not in data:
-        raise ResultsError(f"{path}: not a ckptqual results file (no settings); give the file written by --results")
     problem = shape_problem(data)
     if problem is not None:
         raise ResultsError(
