@@ -105,7 +105,7 @@ def test_cli_report_and_its_bad_input(tmp_path, capsys):
     assert error == f"ckptqual report: {missing}: No such file or directory; give the file written by --results"
     (tmp_path / "plain.json").write_text(json.dumps({"x": 1}))
     assert main(["report", str(tmp_path / "plain.json"), "-o", str(tmp_path / "x")]) == 2
-    assert "not a ckptqual results file" in capsys.readouterr().err
+    assert "not a results record as ckptqual writes it: settings: missing;" in capsys.readouterr().err
 
 
 def test_the_qualification_writes_the_report_at_its_end(tmp_path):

@@ -1,19 +1,21 @@
-"""The regression gate: two runs' records compared metric by metric, each change against its noise band (from
-the rounds within each run) and an allowed percentage. A metric regresses only when it is worse beyond both."""
+"""The regression gate: two runs' records compared metric by metric, each change against the noise band of what the
+two runs themselves measured (report.noise) and an allowed percentage; a metric regresses only when it is worse
+beyond both. Host-bound figures measured the host, not the drive: they are not judged, and the report says why."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
-from statistics import fmean, stdev
+from statistics import fmean
 from typing import Any
 
 from ckptqual.report.extract import Run, measured_cells, passes, steady_rounds
+from ckptqual.report.noise import RULE, Noise, band, mean_noise, paired, single_noise
 from ckptqual.report.summary import table
 
-BAND_SE = 2.0  # the noise band is this many standard errors of the difference of the two means
+SWEEP = "sweep"  # the read sweep's cells together, compared in pairs
 
 
 class CompareError(ValueError):
@@ -22,13 +24,14 @@ class CompareError(ValueError):
 
 @dataclass(frozen=True)
 class Metric:
-    """One figure of a run with its rounds; a single-round figure borrows the relative spread of the run's raw
-    baseline rounds (`noise_from`), the drive's own variation measured in the same run."""
+    """One figure of a run with its rounds; a single-round figure borrows the spread of one round of a related
+    figure of the same run (`noise_from`). `host_bound` says why the figure measured the host, where it did."""
 
     name: str
     unit: str
     rounds: tuple[float, ...]
     noise_from: str | None = None
+    host_bound: str | None = None
 
     @property
     def mean(self) -> float:
@@ -44,9 +47,13 @@ class Change:
     base: float
     new: float
     change: float  # (new - base) / base; every metric is higher-is-better
-    band: float | None  # relative half-width; None: no rounds to tell the noise
+    band: float | None  # relative half-width; None: not judged (host-bound, or no rounds to tell the noise)
     regressed: bool
     word: str
+
+
+def _round_host_bound(rounds: Sequence[dict[str, Any]]) -> str | None:
+    return next((entry["host_bound"] for entry in rounds if entry.get("host_bound")), None)
 
 
 def run_metrics(data: dict[str, Any]) -> dict[str, Metric]:
@@ -54,50 +61,88 @@ def run_metrics(data: dict[str, Any]) -> dict[str, Metric]:
     odd layouts; all throughputs (or ratios of throughputs), so higher is better."""
     found: list[Metric] = []
     baseline = data.get("baseline", {})
-    for key, name in (("write_GBps", "raw_write"), ("read_GBps", "raw_read")):
+    host = baseline.get("host", {})
+    for key, name, kind in (("write_GBps", "raw_write", "write"), ("read_GBps", "raw_read", "read")):
         if baseline.get(key):
-            found.append(Metric(name, "GB/s", tuple(baseline[key])))
+            found.append(Metric(name, "GB/s", tuple(baseline[key]), None, _round_host_bound(host.get(kind, []))))
+    bound = {result["pass"]: result.get("host_bound") for result in data.get("passes", [])}
     for number, checkpoints in passes(data).items():
-        found.append(Metric(f"pass{number}", "GB/s", tuple(c["GBps"] for c in checkpoints), "raw_write"))
+        rounds = tuple(c["GBps"] for c in checkpoints)
+        found.append(Metric(f"pass{number}", "GB/s", rounds, "raw_write", bound.get(number)))
     if steady_rounds(data):
-        found.append(Metric("steady", "GB/s", tuple(steady_rounds(data)), "raw_write"))
+        steady_bound = next((why for number, why in sorted(bound.items()) if number >= 2 and why), None)
+        found.append(Metric("steady", "GB/s", tuple(steady_rounds(data)), "raw_write", steady_bound))
     if data.get("restore"):
-        found.append(Metric("restore", "GB/s", tuple(r["GBps"] for r in data["restore"]), "raw_read"))
-    found += [Metric(f"sweep.{c['id']}", "GiB/s", (c["GiBps"],), "raw_read") for c in measured_cells(data)]
+        rounds = tuple(r["GBps"] for r in data["restore"])
+        found.append(Metric("restore", "GB/s", rounds, "raw_read", _round_host_bound(data["restore"])))
+    found += [
+        Metric(f"{SWEEP}.{c['id']}", "GiB/s", (c["GiBps"],), None, c.get("host_bound")) for c in measured_cells(data)
+    ]
     judged = [layout["ratio"] for layout in data.get("layouts", []) if layout.get("judged")]
     if judged:
         found.append(Metric("layouts.ratio", "ratio", tuple(judged), "raw_write"))
-        found.append(Metric("layouts.slowest_ratio", "ratio", (min(judged),), "raw_write"))
+        found.append(Metric("layouts.slowest_ratio", "ratio", (min(judged),), "layouts.ratio"))
     return {metric.name: metric for metric in found if metric.rounds}
 
 
-def _standard_error(metric: Metric, metrics: dict[str, Metric]) -> float | None:
-    """The standard error of the metric's mean, from its rounds, else from its baseline's relative spread."""
+def _noise(metric: Metric, metrics: dict[str, Metric]) -> Noise | None:
+    """The metric's noise, from its rounds, else from one round of its run's related figure."""
     if len(metric.rounds) >= 2:
-        return stdev(metric.rounds) / math.sqrt(len(metric.rounds))
+        return mean_noise(metric.rounds)
     source = metrics.get(metric.noise_from or "")
-    if source is None or len(source.rounds) < 2 or not source.mean:
-        return None
-    return stdev(source.rounds) / source.mean * metric.mean
+    return single_noise(metric.mean, source.rounds) if source is not None else None
+
+
+def _unjudged(name: str, b: Metric, n: Metric) -> Change:
+    change = (n.mean - b.mean) / b.mean if b.mean else (0.0 if n.mean == b.mean else math.inf)
+    return Change(name, b.unit, b.mean, n.mean, change, None, False, "")
+
+
+def _judged(change: Change, width: float, max_regression: float) -> Change:
+    """`change` judged against a band of relative half-width `width` and the allowance."""
+    if change.change < 0 and -change.change > width and -change.change > max_regression:
+        return replace(change, band=width, regressed=True, word="REGRESSION")
+    if abs(change.change) <= width:
+        return replace(change, band=width, word="within noise")
+    word = "better" if change.change > 0 else f"worse, within the allowed {max_regression:.0%}"
+    return replace(change, band=width, word=word)
 
 
 def compare_metric(name: str, base: dict[str, Metric], new: dict[str, Metric], max_regression: float) -> Change:
     """The change of metric `name` from `base` to `new`; `max_regression` is a fraction (0.05 for 5 %)."""
     b, n = base[name], new[name]
-    change = (n.mean - b.mean) / b.mean if b.mean else math.inf
-    errors = [_standard_error(b, base), _standard_error(n, new)]
-    band = BAND_SE * math.sqrt(sum(e**2 for e in errors)) / b.mean if None not in errors and b.mean else None
-    beyond_noise = band is None or abs(change) > band
-    regressed = change < 0 and beyond_noise and -change > max_regression
-    if regressed:
-        word = "REGRESSION"
-    elif not beyond_noise:
-        word = "within noise"
-    elif change < 0:
-        word = f"worse, within the allowed {max_regression:.0%}"
-    else:
-        word = "better" if change > 0 else "unchanged"
-    return Change(name, b.unit, b.mean, n.mean, change, band, regressed, word)
+    unjudged = _unjudged(name, b, n)
+    if b.host_bound or n.host_bound:
+        return replace(unjudged, word="host-bound: not judged")
+    noises = _noise(b, base), _noise(n, new)
+    if noises[0] is None or noises[1] is None:
+        return replace(unjudged, word="no rounds to tell its noise: not judged")
+    return _judged(unjudged, band(b.mean, noises[0], noises[1]), max_regression)
+
+
+def compare_cells(
+    names: Sequence[str], base: dict[str, Metric], new: dict[str, Metric], max_regression: float
+) -> list[Change]:
+    """The sweep cells among `names`, each judged against the spread of the log ratios of every cell both runs
+    measured without being host-bound, and those cells together as `sweep` (their geometric means)."""
+    cells = [name for name in names if name.startswith(f"{SWEEP}.")]
+    fair = [name for name in cells if not (base[name].host_bound or new[name].host_bound)]
+    ratios = [math.log(new[name].mean / base[name].mean) for name in fair if base[name].mean > 0 < new[name].mean]
+    pairs = paired(ratios) if len(ratios) == len(fair) else None
+    changes = []
+    for name in cells:
+        unjudged = _unjudged(name, base[name], new[name])
+        if name not in fair:
+            changes.append(replace(unjudged, word="host-bound: not judged"))
+        elif pairs is None:
+            changes.append(replace(unjudged, word="too few cells to tell their noise: not judged"))
+        else:
+            changes.append(_judged(unjudged, pairs.single_band, max_regression))
+    if pairs is not None:
+        means = [math.exp(fmean(math.log(metrics[name].mean) for name in fair)) for metrics in (base, new)]
+        whole = Change(SWEEP, base[fair[0]].unit, means[0], means[1], pairs.change, None, False, "")
+        changes.append(_judged(whole, pairs.band, max_regression))
+    return changes
 
 
 def select(names: Sequence[str], patterns: Sequence[str] | None) -> list[str]:
@@ -128,6 +173,21 @@ def _differences(base: Run, new: Run) -> list[str]:
     return [f"{key} {a.get(key)} vs {b.get(key)}" for key in keys if a.get(key) != b.get(key)]
 
 
+def _host_bound_lines(names: Sequence[str], base: dict[str, Metric], new: dict[str, Metric]) -> list[str]:
+    """Why each host-bound metric was left out: the runs it was host-bound in and the first one's reason."""
+    lines = []
+    for name in names:
+        runs = [(which, metrics[name].host_bound) for which, metrics in (("base", base), ("new", new))]
+        bound = [(which, why) for which, why in runs if why]
+        if bound:
+            lines.append(f"{name} not judged: {' and '.join(which for which, _ in bound)} {bound[0][1]}")
+    return lines
+
+
+def _shown(value: float, unit: str) -> str:
+    return f"{value:.4g} {unit}"
+
+
 def compare_runs(
     base: Run, new: Run, max_regression: float = 0.05, patterns: Sequence[str] | None = None
 ) -> tuple[list[Change], list[str]]:
@@ -136,7 +196,12 @@ def compare_runs(
     names = list(dict.fromkeys([*base_metrics, *new_metrics]))
     chosen = select(names, patterns)
     both = [name for name in chosen if name in base_metrics and name in new_metrics]
-    changes = [compare_metric(name, base_metrics, new_metrics, max_regression) for name in both]
+    changes = [
+        compare_metric(name, base_metrics, new_metrics, max_regression)
+        for name in both
+        if not name.startswith(f"{SWEEP}.")
+    ]
+    changes += compare_cells(both, base_metrics, new_metrics, max_regression)
     lines = [
         f"base {base.label} ({base.path}): {base.data.get('verdict', {}).get('overall', 'no verdict')}",
         f"new  {new.label} ({new.path}): {new.data.get('verdict', {}).get('overall', 'no verdict')}",
@@ -155,25 +220,27 @@ def compare_runs(
         for c in changes
     ]
     lines += table(["metric", "unit", "base", "new", "change", "noise band", ""], rows) if rows else []
+    lines += _host_bound_lines([c.name for c in changes if c.word.startswith("host-bound")], base_metrics, new_metrics)
     lines += [f"{name}: only in {'base' if name in base_metrics else 'new'}" for name in chosen if name not in both]
-    lines.append(
-        f"noise band: {BAND_SE:g} standard errors of the difference of the means, from each run's rounds "
-        "(a single-round figure takes the spread of its run's raw baseline rounds)"
-    )
+    lines.append(RULE)
     lines.append(_conclusion(changes, max_regression))
     return changes, lines
 
 
 def _conclusion(changes: Sequence[Change], max_regression: float) -> str:
+    judged = [c for c in changes if c.band is not None]
+    left_out = f" ({len(changes) - len(judged)} not judged)" if len(judged) < len(changes) else ""
     regressed = [c for c in changes if c.regressed]
     if not regressed:
         return (
-            f"ckptqual compare: no regression beyond its noise band and {max_regression:.0%} in {len(changes)} metrics"
+            f"ckptqual compare: no regression beyond its noise band and {max_regression:.0%} in {len(judged)} "
+            f"judged metrics{left_out}"
         )
     listed = ", ".join(
-        f"{c.name} {c.change:+.1%} (band {'n/a' if c.band is None else f'±{c.band:.1%}'})" for c in regressed
+        f"{c.name} {c.change:+.1%} ({_shown(c.base, c.unit)} -> {_shown(c.new, c.unit)}, band ±{c.band:.1%})"
+        for c in regressed
     )
     return (
-        f"ckptqual compare: REGRESSION: {len(regressed)} of {len(changes)} metrics worse beyond their noise band "
-        f"and {max_regression:.0%}: {listed}"
+        f"ckptqual compare: REGRESSION: {len(regressed)} of {len(judged)} judged metrics worse beyond their noise "
+        f"band and {max_regression:.0%}: {listed}"
     )

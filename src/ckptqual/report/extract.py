@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ckptqual.limits.units import to_unit
+from ckptqual.report.schema import shape_problem
+
+MAX_RESULTS_BYTES = 256 << 20  # a results file of a run of many hours is tens of MB; this bounds the read
 
 
 class ResultsError(ValueError):
@@ -31,16 +36,33 @@ class Run:
 
 
 def load_run(path: Path) -> Run:
-    """The record of a results file; a file that is missing, not JSON or not ckptqual's is a ResultsError."""
+    """The record of a results file, checked against the record's schema (report.schema); a file that is missing,
+    not a regular file, too large, not JSON, not ckptqual's or of the wrong shape is a ResultsError naming why."""
     try:
-        data = json.loads(path.read_text())
+        text = _read_bounded(path)
+        data = json.loads(text)
     except OSError as error:
         raise ResultsError(f"{path}: {error.strerror}; give the file written by --results") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
         raise ResultsError(f"{path}: not JSON ({error}); give the file written by --results") from None
-    if not isinstance(data, dict) or "settings" not in data:
-        raise ResultsError(f"{path}: not a ckptqual results file (no settings); give the file written by --results")
+    problem = shape_problem(data)
+    if problem is not None:
+        raise ResultsError(
+            f"{path}: not a results record as ckptqual writes it: {problem}; give the file written by --results"
+        )
     return Run(path, data)
+
+
+def _read_bounded(path: Path) -> str:
+    """The text of a regular file of at most MAX_RESULTS_BYTES; a FIFO, a device or a larger file is refused."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise ResultsError(f"{path}: not a regular file; give the file written by --results")
+        data = file.read(MAX_RESULTS_BYTES + 1)
+    if len(data) > MAX_RESULTS_BYTES:
+        raise ResultsError(f"{path}: larger than {MAX_RESULTS_BYTES >> 20} MiB; give the file written by --results")
+    return data.decode()
 
 
 def limit_in(entry: dict[str, Any], unit: str) -> float | None:

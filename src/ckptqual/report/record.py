@@ -1,5 +1,6 @@
 """The run record: everything the results JSON holds, written atomically as the run goes; every report renders
-from it (or from the file it was written to)."""
+from it (or from the file it was written to). Its shape, as every reader of a results file checks it, is the schema
+beside this writer (report/schema.py): a key written here that a reader reads is typed there."""
 
 from __future__ import annotations
 

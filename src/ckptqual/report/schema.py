@@ -1,0 +1,310 @@
+"""The shape of the results record, beside its writer (record.py): one JSON Schema that every reader of a results
+file checks it against (extract.load_run), so that a file of the wrong shape is refused in one line naming the key.
+
+It types what the readers read; keys it does not name are free, so a newer record with more keys still reads."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import ValidationError, best_match
+
+from ckptqual.limits.units import UNITS
+
+NUMBER: dict[str, Any] = {"type": "number"}
+INTEGER: dict[str, Any] = {"type": "integer"}
+STRING: dict[str, Any] = {"type": "string"}
+BOOLEAN: dict[str, Any] = {"type": "boolean"}
+OBJECT: dict[str, Any] = {"type": "object"}
+SCALAR: dict[str, Any] = {"type": ["string", "number", "boolean", "null"]}  # printed, compared or a dictionary key
+
+
+def nullable(kind: dict[str, Any]) -> dict[str, Any]:
+    """`kind`, or null."""
+    return {**kind, "type": [kind["type"], "null"]}
+
+
+def array(items: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {"type": "array", "items": items, **more}
+
+
+def mapping(values: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """An object whose keys are data (test IDs, device names, pass numbers) and whose values are alike."""
+    return {"type": "object", "additionalProperties": values, **more}
+
+
+def record(properties: dict[str, Any], required: Iterable[str] = (), *rules: dict[str, Any]) -> dict[str, Any]:
+    """An object with these typed keys, `required` among them, and any other keys; `rules` are if/then clauses."""
+    shape: dict[str, Any] = {"type": "object", "properties": properties, "required": list(required)}
+    return {**shape, "allOf": list(rules)} if rules else shape
+
+
+def when(condition: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
+    """A rule: an object whose keys match `condition` (each present) must also match `then`."""
+    return {"if": {"properties": condition, "required": list(condition)}, "then": then}
+
+
+OPTIONAL_TEXT = nullable(STRING)
+HOST_FIGURES = {"cpu_s_per_GB": nullable(NUMBER), "host_bound": OPTIONAL_TEXT}
+# A rank's share of a checkpoint: a rank that moved bytes took time to do it (its rate divides by it).
+RANK = record(
+    {"bytes": NUMBER, "done_s": NUMBER},
+    ("bytes", "done_s"),
+    when({"bytes": {"exclusiveMinimum": 0}}, {"properties": {"done_s": {"exclusiveMinimum": 0}}}),
+)
+RANKS = array(RANK, minItems=1)
+SUBJECT = {**STRING, "pattern": r"^(?!pass )|^pass [0-9]+$"}  # "pass N" is a fill pass; the readers sort by N
+
+SETTINGS = record({"scale": NUMBER, "thresholds_file": STRING, "workload": SCALAR, "sources": OBJECT})
+BASELINE = record(
+    {
+        "write_GBps": array(NUMBER),
+        "read_GBps": array(NUMBER),
+        "raw_write_GBps": NUMBER,
+        "raw_read_GBps": NUMBER,
+        "host": mapping(array(record({**HOST_FIGURES, "cpu_s_per_GB": NUMBER}, ("cpu_s_per_GB",)))),
+    },
+    ("write_GBps", "read_GBps", "raw_write_GBps", "raw_read_GBps"),
+)
+PASS = record(
+    {
+        "pass": INTEGER,
+        "checkpoints": array(SCALAR),
+        "checkpoints_planned": INTEGER,
+        "ended_early": nullable(BOOLEAN),
+        "seconds_mean": NUMBER,
+        "seconds_max": NUMBER,
+        "throughput_GBps": NUMBER,
+        "mean_checkpoint_GBps": NUMBER,
+        **HOST_FIGURES,
+    },
+    ("pass", "checkpoints", "seconds_mean", "seconds_max", "throughput_GBps", "mean_checkpoint_GBps"),
+    when({"ended_early": {"const": True}}, {"required": ["checkpoints_planned"]}),
+)
+CHECKPOINT = record(
+    {"pass_number": INTEGER, "checkpoint": SCALAR, "seconds": NUMBER, "GBps": NUMBER, "ranks": RANKS, **HOST_FIGURES},
+    ("pass_number", "checkpoint", "seconds", "GBps", "ranks"),
+)
+RESTORE = record(
+    {
+        "checkpoint": SCALAR,
+        "bytes": NUMBER,
+        "seconds": NUMBER,
+        "GBps": NUMBER,
+        "cached_fraction_before": NUMBER,
+        "ranks": RANKS,
+        **HOST_FIGURES,
+    },
+    ("checkpoint", "bytes", "seconds", "GBps", "cached_fraction_before", "ranks"),
+)
+LAYOUT = record(
+    {"example": INTEGER, "ratio": NUMBER, "judged": BOOLEAN},
+    ("example",),
+    when({"judged": {"const": True}}, {"required": ["ratio"]}),
+)
+STEADY = record(
+    {"reached": BOOLEAN, "window": array(NUMBER), "mean": nullable(NUMBER), "reason": SCALAR},
+    ("reached", "window", "mean", "reason"),
+    when({"mean": NUMBER}, {"properties": {"window": {"minItems": 2}}}),  # a line is fitted through the window
+)
+CELL = record(
+    {
+        "id": STRING,
+        "transfer": STRING,
+        "block_size": STRING,
+        "block_bytes": NUMBER,
+        "threads": {**INTEGER, "minimum": 1},
+        "outcome": STRING,
+        "GiBps": NUMBER,
+        "settings": OBJECT,
+        **HOST_FIGURES,
+    },
+    ("id", "transfer", "block_size", "block_bytes", "threads"),
+)
+SWEEP = record(
+    {
+        "config": record(
+            {"file_bytes": NUMBER, "transfers": array(STRING), "jobs": SCALAR, "batch": SCALAR},
+            ("file_bytes", "transfers", "jobs", "batch", "requests_per_job"),
+        ),
+        "cells": array(CELL),
+        "engines": OBJECT,
+    },
+    ("config", "cells", "engines"),
+)
+READING = record(
+    {
+        "devices": array(
+            record(
+                {"device": SCALAR, "counters": OBJECT, "unavailable": nullable(OBJECT)},
+                ("device", "counters"),
+            )
+        )
+    }
+)
+WRITTEN = record(
+    {
+        "suite_written_bytes": NUMBER,
+        **{key: nullable(NUMBER) for key in ("drive_written_bytes", "ratio")},
+        **{key: nullable(NUMBER) for key in ("block_layer_written_bytes", "block_layer_ratio")},
+    },
+    ("suite_written_bytes",),
+)
+HEALTH = record(
+    {"before": nullable(READING), "after": nullable(READING), "written": WRITTEN},
+    (),
+    {"dependentSchemas": {"written": {"required": ["after", "message"], "properties": {"after": OBJECT}}}},
+)
+SAMPLE = record(
+    {
+        "t_s": NUMBER,
+        "devices": mapping(record({"write_MBps": nullable(NUMBER), "read_MBps": nullable(NUMBER)})),
+        **{key: nullable(NUMBER) for key in ("cpu_busy", "cpu_iowait", "mem_used_bytes", "dirty_bytes")},
+    },
+    ("t_s",),
+)
+MARK = record(
+    {"event": OPTIONAL_TEXT, "t_s": NUMBER, "start_s": nullable(NUMBER), "end_s": NUMBER},
+    (),
+    when({"event": {"const": "checkpoint"}}, {"required": ["t_s"]}),
+    when({"start_s": NUMBER}, {"required": ["end_s"]}),
+    when({"event": {"const": "pass"}, "start_s": NUMBER}, {"required": ["pass"]}),
+)
+TIMESERIES = record({"samples": array(SAMPLE), "devices": nullable(array(STRING)), "marks": array(MARK)})
+MEASUREMENT = record(
+    {
+        "measurement": STRING,
+        "value": NUMBER,
+        "unit": {"enum": list(UNITS)},
+        "context": mapping(SCALAR),
+        "outcome": STRING,
+        "limit_value": nullable(NUMBER),
+        "judged_value": nullable(NUMBER),
+        "host_bound": OPTIONAL_TEXT,
+    },
+    ("measurement", "value", "unit", "outcome"),
+)
+LIMIT = record({"unit": STRING, "where": nullable(OBJECT), "min": SCALAR, "max": SCALAR}, ("measurement", "unit"))
+TEST = record({"subject": SUBJECT, "outcome": STRING}, ("subject", "outcome", "message"))
+VERDICT = record({"overall": STRING, "reasons": array(STRING)}, ("overall", "reasons"))
+CLEANUP = record({"removed": BOOLEAN, "errors": array(STRING)}, ("removed",))
+LEFT = array(record({}, ("path", "why")))
+
+RUN = record(
+    {
+        "settings": SETTINGS,
+        "environment": OBJECT,
+        "plan": record({"total_bytes": NUMBER}),
+        "target": OBJECT,
+        "drive": OBJECT,
+        "baseline": BASELINE,
+        "passes": array(PASS),
+        "checkpoints": array(CHECKPOINT),
+        "steady_state": mapping(STEADY, propertyNames={"pattern": "^[0-9]+$"}),
+        "restore": array(RESTORE),
+        "layouts": array(LAYOUT),
+        "sweep": SWEEP,
+        "health": HEALTH,
+        "timeseries": TIMESERIES,
+        "measurements": array(MEASUREMENT),
+        "limits": array(LIMIT),
+        "tests": mapping(TEST),
+        "errors": array(SCALAR),
+        "cleanup": CLEANUP,
+        "left_on_target": LEFT,
+        "verdict": VERDICT,
+    },
+    ("settings",),
+)
+# The index `--results` holds for a run over several drives (report.drives.drives_index).
+DRIVE_ROW = record(
+    {"outcomes": mapping(STRING, propertyNames=SUBJECT), "verdict": VERDICT},
+    ("label", "target", "outcomes", "verdict", "results"),
+)
+SHARED_HOST = record(
+    {
+        "usable_cores": NUMBER,
+        "payload_cores_needed": mapping(nullable(NUMBER)),
+        "payload_cores_needed_at_once": NUMBER,
+        "pcie_shared": array(record({"drives": array(STRING)}, ("pci", "is", "drives"))),
+    },
+    ("usable_cores", "drives_at_once", "payload_cores_needed", "payload_cores_needed_at_once", "pcie_shared"),
+)
+INDEX = record(
+    {"settings": OBJECT, "drives": mapping(DRIVE_ROW), "shared_host": SHARED_HOST, "verdict": VERDICT},
+    ("settings", "drives", "shared_host", "verdict"),
+)
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "ckptqual results record",
+    "if": {"type": "object", "required": ["drives"]},
+    "then": INDEX,
+    "else": RUN,
+}
+
+
+def _finite(checker: Any, instance: Any) -> bool:
+    """JSON has no NaN or infinity, but Python's json reads them: a number of the record is finite."""
+    return Draft202012Validator.TYPE_CHECKER.is_type(instance, "number") and math.isfinite(instance)
+
+
+_TYPES = Draft202012Validator.TYPE_CHECKER.redefine("number", _finite)
+_VALIDATOR = validators.extend(Draft202012Validator, type_checker=_TYPES)(SCHEMA)
+
+
+def key_path(parts: Iterable[str | int]) -> str:
+    """`passes[0].checkpoints[2].seconds`; a key that is not a plain name is quoted: `tests["a/b.py::t[1]"]`."""
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif part.isidentifier():
+            text += f".{part}" if text else part
+        else:
+            text += f'["{part}"]'
+    return text or "the top level"
+
+
+def _described(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, int | float):
+        return f"the number {value:g}"
+    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+_KINDS = {"number": "a number", "integer": "an integer", "string": "a string", "boolean": "true or false",
+          "object": "an object", "array": "a list", "null": "null"}  # fmt: skip
+
+
+def _problem(error: ValidationError) -> str:
+    """'passes[0].seconds: null where a number belongs' for the error jsonschema found."""
+    where = key_path(error.absolute_path)
+    if error.validator == "required":
+        missing = next(key for key in error.validator_value if key not in error.instance)
+        return f"{key_path([*error.absolute_path, missing])}: missing"
+    if error.validator == "type":
+        kinds = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        return f"{where}: {_described(error.instance)} where {' or '.join(_KINDS[kind] for kind in kinds)} belongs"
+    if error.validator in ("minimum", "exclusiveMinimum"):
+        bound = "at least" if error.validator == "minimum" else "above"
+        return f"{where}: {_described(error.instance)} where a number {bound} {error.validator_value:g} belongs"
+    if error.validator == "minItems":
+        return f"{where}: {len(error.instance)} items where at least {error.validator_value} belong"
+    if error.validator == "enum":
+        return f"{where}: {error.instance!r} is none of {', '.join(map(str, error.validator_value))}"
+    return f"{where}: {error.message}"
+
+
+def shape_problem(data: Any) -> str | None:
+    """Why `data` is not a results record as ckptqual writes it, naming the key; None when it is."""
+    error = best_match(_VALIDATOR.iter_errors(data))
+    return None if error is None else _problem(error)

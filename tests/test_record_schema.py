@@ -1,0 +1,158 @@
+"""Every reader of a results file (`ckptqual summary`, `report`, `mlperf`, `compare`) checks it against the record's
+one schema (report/schema.py): a real record, mutated key by key (null, a string, a list, a number, NaN, removed),
+is refused in one line naming the key with exit 2, or, where the schema allows the value, read without a traceback.
+
+The record is a real run's (tests/data/results/loop-ext4-1.json, see tests/test_compare.py); a mapping of alike
+entries (the tests by node ID) is mutated through its first entry, a list through its first item."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import io
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptqual.cli import main
+from ckptqual.report.extract import load_run
+from ckptqual.report.figures import draw_all
+from ckptqual.report.html import render
+from ckptqual.report.schema import key_path, shape_problem
+
+RECORD = Path(__file__).parent / "data" / "results" / "loop-ext4-1.json"
+DATA = json.loads(RECORD.read_text())
+REMOVED = object()
+KINDS: dict[str, Any] = {
+    "null": None,
+    "a string": "x",
+    "a list": [],
+    "a number": 7,
+    "NaN": math.nan,
+    "removed": REMOVED,
+}
+COMMANDS = ("summary", "report", "mlperf", "compare")
+Path_ = tuple[str | int, ...]
+
+
+def _paths(value: Any, path: Path_ = ()) -> Iterator[Path_]:
+    """Every key's path; of a list its first item, of a mapping of alike entries its first entry."""
+    if isinstance(value, dict):
+        items = list(value.items())
+        if len(items) >= 3 and all(isinstance(item, dict) for _, item in items):
+            items = items[:1] if len({tuple(item) for _, item in items}) == 1 else items
+        for key, item in items:
+            yield (*path, key)
+            yield from _paths(item, (*path, key))
+    elif isinstance(value, list) and value:
+        yield (*path, 0)
+        yield from _paths(value[0], (*path, 0))
+
+
+def _mutated(data: Any, mutations: list[tuple[Path_, Any]]) -> Any:
+    """`data` with each path set to its value, or removed; the deepest first, so that none hides another."""
+    data = copy.deepcopy(data)
+    for path, value in sorted(mutations, key=lambda mutation: -len(mutation[0])):
+        node = data
+        for part in path[:-1]:
+            node = node[part]
+        if value is REMOVED:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+    return data
+
+
+def _value(path: Path_) -> Any:
+    node = DATA
+    for part in path:
+        node = node[part]
+    return node
+
+
+def _kinds(path: Path_) -> list[str]:
+    """The mutations of a key: NaN only where a number is (elsewhere a number already has the wrong type)."""
+    number = isinstance(_value(path), int | float) and not isinstance(_value(path), bool)
+    return [kind for kind in KINDS if kind != "NaN" or number]
+
+
+MUTATIONS = [(path, kind) for path in _paths(DATA) for kind in _kinds(path)]
+
+
+@functools.cache
+def _allowed() -> frozenset[tuple[Path_, str]]:
+    """The mutations the schema allows, decided once for both tests below."""
+    return frozenset((p, kind) for p, kind in MUTATIONS if shape_problem(_mutated(DATA, [(p, KINDS[kind])])) is None)
+
+
+def _command(name: str, path: Path, out: Path) -> list[str]:
+    return {"summary": [name, str(path)], "mlperf": [name, str(path)], "compare": [name, str(RECORD), str(path)],
+            "report": [name, str(path), "-o", str(out)]}[name]  # fmt: skip
+
+
+def _run(arguments: list[str]) -> tuple[int, str]:
+    """cli.main in this process: its exit code and what it printed to stderr; a traceback fails the test."""
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main(arguments)
+    return code, err.getvalue()
+
+
+def _read_by_every_command(path: Path, tmp_path: Path) -> None:
+    """The record read as each command reads it: summary, mlperf and compare in full; report's figures and page
+    drawn (encoding them as PNG reads nothing of the record, so it is left to test_report)."""
+    for name in ("summary", "mlperf", "compare"):
+        assert _run(_command(name, path, tmp_path))[0] in (0, 1)
+    runs = [load_run(path)]
+    drawn = draw_all(runs)
+    render(runs, [(figure, None) for figure in drawn])
+    for figure in drawn:
+        if figure.figure is not None:
+            figure.figure.clear()
+
+
+def test_the_record_as_the_run_wrote_it_is_accepted():
+    assert shape_problem(DATA) is None
+    assert len(MUTATIONS) > 2500
+
+
+def test_a_refused_mutation_is_one_line_naming_the_key_with_exit_2_from_each_command(tmp_path):
+    """Every mutation the schema refuses, each through one of the four commands in turn (they read a file alike,
+    through extract.load_run), so that each command meets every part of the record."""
+    refused = 0
+    file = tmp_path / "mutated.json"
+    for path, kind in MUTATIONS:
+        if (path, kind) in _allowed():
+            continue
+        refused += 1
+        file.write_text(json.dumps(_mutated(DATA, [(path, KINDS[kind])])))
+        name = COMMANDS[refused % len(COMMANDS)]
+        code, err = _run(_command(name, file, tmp_path / "out"))
+        where = f"{name} on {key_path(path)} as {kind}"
+        assert code == 2, where
+        head = f"ckptqual {name}: {file}: not a results record as ckptqual writes it: "
+        assert err.startswith(head) and err.count("\n") == 1, (where, err)
+        assert err.removeprefix(head).startswith(key_path(path)), (where, err)
+    assert refused > 500
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_mutation_the_schema_allows_is_read_without_a_traceback(kind, tmp_path):
+    """The allowed mutations of one kind, applied together where no key lies under another (one record per
+    depth of key), read by every command; a set refused together is read one by one."""
+    allowed = [path for path, mutation_kind in MUTATIONS if mutation_kind == kind and (path, kind) in _allowed()]
+    by_depth: dict[int, list[Path_]] = {}
+    for path in allowed:
+        by_depth.setdefault(len(path), []).append(path)
+    file = tmp_path / "mutated.json"
+    for paths in by_depth.values():
+        together = _mutated(DATA, [(path, KINDS[kind]) for path in paths])
+        records = [together] if shape_problem(together) is None else [_mutated(DATA, [(p, KINDS[kind])]) for p in paths]
+        for mutated in records:
+            file.write_text(json.dumps(mutated))
+            _read_by_every_command(file, tmp_path)
