@@ -109,8 +109,8 @@ def format_cleaning(cleaning: Cleaning) -> str:
     lines.append(_cleaning_summary(cleaning))
     if any(removal.left for _, removal in cleaning.runs) and not cleaning.dry_run:
         lines.append(
-            "the run directories keep their manifest while anything is left in them: remove the entries left above "
-            f"yourself (ckptqual never removes what it did not create), then run again: ckptqual clean {cleaning.target}"
+            "a run directory keeps its manifest while anything is left in it: remove the entries left above yourself "
+            f"(ckptqual never removes what it did not create), then run again: ckptqual clean {cleaning.target}"
         )
     return "\n".join(lines)
 
