@@ -16,7 +16,7 @@ import pytest
 
 import ckptqual
 from ckptqual.cli import main
-from ckptqual.host.target import LOCK_FILE, TARGET_MARKER
+from ckptqual.host.target import LOCK_FILE, RUN_MARKER, TARGET_MARKER
 from ckptqual.plan.workloads import available_workloads
 
 REVIEW_BYTES = 1_635_776_902_656
@@ -187,12 +187,16 @@ def test_clean_keeps_a_foreign_file_in_a_dead_run_and_says_so(tmp_path, start_ru
     assert f"  left {run_dir.name}/checkpoints/checkpoint-00001/visitor.txt: not created by ckptqual" in out
     assert "left 1 entry (see above)" in out
     assert visitor.read_text() == "not ckptqual's"
-    assert snapshot(tmp_path) == {
+    kept = snapshot(tmp_path)
+    assert kept.pop(TARGET_MARKER) and kept.pop(f"{run_dir.name}/{RUN_MARKER}")  # the run is still known as ckptqual's
+    assert kept == {
         run_dir.name: "dir",
         f"{run_dir.name}/checkpoints": "dir",
         f"{run_dir.name}/checkpoints/checkpoint-00001": "dir",
         f"{run_dir.name}/checkpoints/checkpoint-00001/visitor.txt": hashlib.sha256(b"not ckptqual's").hexdigest(),
     }
+    visitor.unlink()  # as the advice says: the user removes what is not ckptqual's, then cleans again
+    assert main(["clean", str(tmp_path)]) == 0 and list(tmp_path.iterdir()) == []
 
 
 def test_clean_refuses_a_live_run_and_names_it(tmp_path, start_run, capsys):
@@ -214,7 +218,7 @@ def test_clean_dry_run_changes_nothing(tmp_path, start_run, capsys):
     before = snapshot(tmp_path)
     assert main(["clean", str(tmp_path), "--dry-run"]) == 1  # what the real clean would return
     out = capsys.readouterr().out
-    assert f"{run_dir.name} (PID " in out and "did not finish): would remove 2 files" in out
+    assert f"{run_dir.name} (PID " in out and "did not finish): would remove 1 file" in out
     assert f"  would leave {run_dir.name}/visitor.txt: not created by ckptqual" in out
     assert f"would remove the stale lock file {LOCK_FILE}" in out
     assert "nothing changed (dry run)" in out

@@ -249,6 +249,11 @@ def test_a_frozen_drive_fails_the_checkpoint_on_time_and_cannot_hold_the_run(loo
     data = results(tmp_path / "r.json")
     assert data["verdict"]["overall"] == "NOT QUALIFIED"
     assert data["cleanup"]["removed"] is False and data["cleanup"]["fix"] == f"ckptqual clean {target}"
+    abandoned = data.get("abandoned_processes", [])
+    assert len(abandoned) == len(set(abandoned)), abandoned  # each process stuck on the frozen drive named once
+    run_dir = next(target.glob("ckptqual-run-*")).name
+    assert [entry["path"] for entry in data["left_on_target"]] == [run_dir]  # the whole run directory was left
+    assert "not attempted: the drive did not respond" in data["left_on_target"][0]["why"]
     cleaned = subprocess.run(
         [sys.executable, "-m", "ckptqual.cli", "clean", str(target)], capture_output=True, text=True, timeout=120
     )

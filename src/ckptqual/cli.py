@@ -107,6 +107,11 @@ def format_cleaning(cleaning: Cleaning) -> str:
     run_errors = {error for _, removal in cleaning.runs for error in removal.errors}
     lines += [f"error: {error}" for error in cleaning.errors if error not in run_errors]
     lines.append(_cleaning_summary(cleaning))
+    if any(removal.left for _, removal in cleaning.runs) and not cleaning.dry_run:
+        lines.append(
+            "a run directory keeps its manifest while anything is left in it: remove the entries left above yourself "
+            f"(ckptqual never removes what it did not create), then run again: ckptqual clean {cleaning.target}"
+        )
     return "\n".join(lines)
 
 

@@ -149,6 +149,18 @@ class RunTree:
         with self.directory(path.parent) as parent:
             return os.stat(path.name, dir_fd=parent, follow_symlinks=False)
 
+    def remove_self(self) -> None:
+        """Removes the run directory itself (empty by now) by its name in the directory above, only while that name
+        is still this directory: one swapped in its place raises PlantedEntry and is left."""
+        parent = os.open(self.root.parent, _DIRECTORY & ~os.O_NOFOLLOW)
+        try:
+            found = os.stat(self.root.name, dir_fd=parent, follow_symlinks=False)
+            if (found.st_dev, found.st_ino) != self.identity:
+                raise PlantedEntry(self.root, "is not the run directory this run made (it was replaced)")
+            os.rmdir(self.root.name, dir_fd=parent)
+        finally:
+            os.close(parent)
+
 
 def _step(fd: int, name: str, reached: Path, create: bool) -> int:
     """The handle of the directory `name` in `fd`, made first where `create` and missing."""

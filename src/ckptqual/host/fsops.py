@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptqual.faults import RunError, fault_of_errno, os_error_line
+from ckptqual.host.beneath import RunTree
 from ckptqual.host.target import write_file_list
 
 _FD_VARIABLE = "CKPTQUAL_FSOPS_FD"
@@ -101,10 +102,11 @@ class TargetOps:
         self._abandon()
 
 
-def make_listed_directory(directory: Path, files: list[str]) -> None:
-    """Makes `directory` and lists in it (the run manifest's per-directory list) the files about to be written."""
-    directory.mkdir(parents=True, exist_ok=True)
-    write_file_list(directory, files)
+def make_listed_directory(run_dir: Path, identity: tuple[int, int], directory: Path, files: list[str]) -> None:
+    """Makes `directory` under the run directory (with `identity`) and lists in it (the run manifest's per-directory
+    list) the files about to be written, never through a symlink: one planted on the way raises PlantedEntry."""
+    with RunTree(run_dir, identity) as tree, tree.directory(directory, create=True) as directory_fd:
+        write_file_list(directory_fd, directory, files)
 
 
 def _serve(conn: Connection) -> None:

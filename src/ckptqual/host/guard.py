@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
 
 from ckptqual.faults import os_error_line
+from ckptqual.host.beneath import PlantedEntry, RunTree
 from ckptqual.host.identity import mount_of
 
 TARGET_MARKER = ".ckptqual-target"
@@ -64,8 +66,15 @@ def usable_problem(path: Path, writing: bool = True) -> str | None:
 
 
 def is_run_dir(entry: Path) -> bool:
-    """A directory ckptqual marked as a run directory (never a symlink to one)."""
-    return entry.name.startswith(RUN_PREFIX) and not entry.is_symlink() and (entry / RUN_MARKER).is_file()
+    """A directory ckptqual marked as a run directory: it and its manifest reached without following a symlink, the
+    manifest a regular file."""
+    if not entry.name.startswith(RUN_PREFIX):
+        return False
+    try:
+        with RunTree(entry) as tree:
+            return stat.S_ISREG(tree.lstat(entry / RUN_MARKER).st_mode)
+    except OSError:  # a symlink or no directory (PlantedEntry), or no manifest
+        return False
 
 
 def has_run_dir(target: Path) -> bool:
@@ -107,11 +116,16 @@ def ensure_marker(target: Path) -> bool:
 
 
 def remove_marker(target: Path) -> str | None:
-    """Removes the target marker unless a marked run directory remains; an error as one line, else None."""
+    """Removes the target marker unless a marked run directory remains (one planted in its place is left and
+    named); an error as one line, else None."""
     marker = target / TARGET_MARKER
     try:
-        if not has_run_dir(target):
-            marker.unlink(missing_ok=True)
-    except OSError as error:
-        return error_line("unlink", marker, error)
+        if has_run_dir(target):
+            return None
+        with RunTree(target) as tree:
+            tree.unlink(marker)
+    except FileNotFoundError:
+        pass
+    except OSError as error:  # PlantedEntry names what it is
+        return str(error) if isinstance(error, PlantedEntry) else error_line("unlink", marker, error)
     return None

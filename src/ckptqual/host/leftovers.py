@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptqual.host import guard, lock
+from ckptqual.host.beneath import RunTree
 from ckptqual.host.guard import LOCK_FILE, RUN_MARKER, RUN_PREFIX, TARGET_MARKER
 from ckptqual.host.manifest import read_manifest
 from ckptqual.host.removal import Removal, remove_owned
@@ -47,10 +48,12 @@ class LeftoverRun:
 
 def _leftover(run_dir: Path, now_s: float) -> LeftoverRun:
     try:
-        manifest = read_manifest(run_dir / RUN_MARKER)
+        with RunTree(run_dir) as tree:
+            manifest = read_manifest(RUN_MARKER, tree.fd)
+            written_s = tree.lstat(run_dir / RUN_MARKER).st_mtime
     except (OSError, ValueError):
-        manifest = {}
-    age_s = max(0.0, now_s - (manifest.get("started_unix") or (run_dir / RUN_MARKER).stat().st_mtime))
+        manifest, written_s = {}, now_s
+    age_s = max(0.0, now_s - (manifest.get("started_unix") or written_s))
     size_bytes = remove_owned(run_dir, dry_run=True).removed_bytes
     return LeftoverRun(
         run_dir, size_bytes, age_s, manifest.get("pid"), manifest.get("host"), bool(manifest.get("kept"))

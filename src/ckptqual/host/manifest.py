@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterable
+from contextlib import suppress
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ckptqual import __version__
+from ckptqual.host.beneath import PlantedEntry, what_is
 from ckptqual.host.guard import RUN_MARKER, TargetError, failure
 
 FILE_LIST = ".ckptqual-files"
@@ -31,19 +34,35 @@ def relative(text: str, what: str, root_ok: bool = False) -> str:
     return str(path)
 
 
-def write_json_atomically(path: Path, data: Any) -> None:
-    """Writes `path` whole or not at all: a temporary file, fsynced, renamed over it."""
-    temporary = path.with_name(f"{path.name}{TEMP_INFIX}{os.getpid()}")
+def write_json_atomically(directory_fd: int, path: Path, data: Any) -> None:
+    """Writes `path`, whose directory is open as `directory_fd`, whole or not at all: a new temporary file (O_EXCL,
+    O_NOFOLLOW), fsynced, renamed over it within that directory. An entry planted in the way raises PlantedEntry."""
+    temporary = f"{path.name}{TEMP_INFIX}{os.getpid()}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(temporary, flags, 0o644, dir_fd=directory_fd)
+    except FileExistsError:
+        raise PlantedEntry(path.with_name(temporary), what_is(directory_fd, temporary)) from None
+    try:
         with os.fdopen(fd, "wb") as file:
             file.write(json.dumps(data, indent=1).encode())
             file.flush()
             os.fsync(file.fileno())
-        os.replace(temporary, path)
+        if _planted(directory_fd, path.name):  # renamed over, it would be gone unreported
+            raise PlantedEntry(path, what_is(directory_fd, path.name))
+        os.replace(temporary, path.name, src_dir_fd=directory_fd, dst_dir_fd=directory_fd)
     except BaseException:
-        temporary.unlink(missing_ok=True)
+        with suppress(FileNotFoundError):
+            os.unlink(temporary, dir_fd=directory_fd)
         raise
+
+
+def _planted(directory_fd: int, name: str) -> bool:
+    """Whether `name` in the directory `directory_fd` is there and not a regular file."""
+    try:
+        return not stat.S_ISREG(os.stat(name, dir_fd=directory_fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def read_json(path: Path | str, dir_fd: int | None = None) -> Any:
@@ -53,11 +72,12 @@ def read_json(path: Path | str, dir_fd: int | None = None) -> Any:
         return json.loads(file.read())
 
 
-def write_file_list(directory: Path, files: Iterable[str]) -> None:
-    """Names, before they are written, more files of one directory of a group declared with listed=True."""
+def write_file_list(directory_fd: int, directory: Path, files: Iterable[str]) -> None:
+    """Names, before they are written, more files of one directory (`directory`, open as `directory_fd`) of a group
+    declared with listed=True."""
     names = [relative(name, "file") for name in files]
     try:
-        write_json_atomically(directory / FILE_LIST, names)
+        write_json_atomically(directory_fd, directory / FILE_LIST, names)
     except OSError as error:
         raise failure("write", directory / FILE_LIST, error) from error
 

@@ -1,6 +1,7 @@
-"""Removal of exactly what a run directory's manifest declares, in one walk down the run directory through
-directory descriptors that never follow a symlink. A directory is the run's when its path leads to a declared
-directory or file; anything else is left whole and reported. The manifest goes last, and stays if anything failed."""
+"""Removal of exactly what a run directory's manifest declares, in one walk down the run directory from one RunTree
+handle, through directory descriptors that never follow a symlink. A directory is the run's when its path leads to a
+declared directory or file; anything else is left whole and reported, a planted symlink (or FIFO, device) as an error
+naming what it is. The manifest goes last, and stays while anything is left, so that `ckptqual clean` finds the run."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import errno
 import fnmatch
 import glob
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ckptqual.host.beneath import PlantedEntry, RunTree, what_is
 from ckptqual.host.guard import RUN_MARKER, error_line
 from ckptqual.host.manifest import FILE_LIST, TEMP_INFIX, read_json, read_manifest, relative
 
@@ -45,8 +48,20 @@ class Removal:
         """Everything in scope is gone (would be, in a dry run): nothing left, no error."""
         return not self.left and not self.errors
 
+    @property
+    def why(self) -> str | None:
+        """Why the removal is not complete, in one line (its first error, else its first entry left); None if it is."""
+        if self.errors:
+            more = len(self.errors) - 1
+            return self.errors[0] + (f" (and {more} more error{'s' * (more > 1)})" if more else "")
+        if self.left:
+            more = len(self.left) - 1
+            return f"left {self.left[0].path}: {self.left[0].why}" + (f" (and {more} more)" if more else "")
+        return None
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "complete": self.complete, "left": [*map(asdict, self.left)], "errors": [*self.errors]}
+        listed = {"left": [*map(asdict, self.left)], "errors": [*self.errors]}
+        return {**asdict(self), "complete": self.complete, "why": self.why, **listed}
 
 
 def _leads(parts: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
@@ -83,9 +98,18 @@ class _Sweep:
     def fail(self, operation: str, rel: PurePosixPath, error: OSError) -> bool:
         """Notes that `rel` is left, and why; False (not gone)."""
         line = error_line(operation, self.run_dir / rel, error)
-        self.errors.append(line)
-        self.left.append(Left(f"{self.run_dir.name}/{rel}", line))
+        return self.refuse(rel, line, line)
+
+    def refuse(self, rel: PurePosixPath, error: str, why: str) -> bool:
+        """Notes `rel` as left (`why`) with the one-line `error`; False (not gone)."""
+        self.errors.append(error)
+        self.left.append(Left(f"{self.run_dir.name}/{rel}", why))
         return False
+
+    def planted(self, rel: PurePosixPath, parent_fd: int) -> bool:
+        """Leaves the planted entry `rel` alone and reports it, naming what it is; False (not gone)."""
+        planted = PlantedEntry(self.run_dir / rel, what_is(parent_fd, rel.name))
+        return self.refuse(rel, str(planted), f"{planted.what}: planted, left alone")
 
     def entries(self, rel: PurePosixPath, fd: int) -> list[os.DirEntry]:
         try:
@@ -119,6 +143,8 @@ class _Sweep:
         """Removes `rel` if the run declared it (sweeping the run's directories); whether it is gone."""
         if not (_within(rel, self.scope) or _within(self.scope, rel)) or _is_manifest(rel):
             return False
+        if not (entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False)):
+            return self.planted(rel, fd) if _within(rel, self.scope) else False
         if entry.is_dir(follow_symlinks=False) and any(_leads(rel.parts, parts) for parts in self.files):
             return self.sweep_dir(rel, fd)
         temporary = entry.name.startswith(FILE_LIST + TEMP_INFIX) and FILE_LIST in declared
@@ -133,6 +159,8 @@ class _Sweep:
         try:
             fd = os.open(rel.name, _DIR_FLAGS, dir_fd=parent_fd)
         except OSError as error:
+            if error.errno in (errno.ELOOP, errno.ENOTDIR):  # swapped for a symlink since it was listed
+                return self.planted(rel, parent_fd)
             return error.errno == errno.ENOENT or self.fail("open", rel, error)
         try:
             if not (self.sweep(rel, fd) and _within(rel, self.scope)):
@@ -150,7 +178,10 @@ class _Sweep:
 
     def unlink(self, rel: PurePosixPath, entry: os.DirEntry, fd: int) -> bool:
         try:
-            size_bytes = entry.stat(follow_symlinks=False).st_blocks * 512
+            found = os.stat(entry.name, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISREG(found.st_mode):  # swapped since it was listed
+                return self.planted(rel, fd)
+            size_bytes = found.st_blocks * 512
             if not self.dry_run:
                 os.unlink(entry.name, dir_fd=fd)
         except FileNotFoundError:
@@ -161,15 +192,18 @@ class _Sweep:
         self.removed_bytes += size_bytes
         return True
 
-    def finish(self, fd: int) -> None:
-        """Removes the manifest's half-written copies, then the manifest and, if nothing is left, the run directory."""
-        manifests = [entry for entry in self.entries(_ROOT, fd) if _is_manifest(PurePosixPath(entry.name))]
+    def finish(self, tree: RunTree) -> None:
+        """Removes the manifest's half-written copies, then the manifest and the run directory (now empty), unless
+        something is left: then the manifest stays, so that the run directory is still known as the run's."""
+        if self.left or self.errors:
+            return
+        manifests = [entry for entry in self.entries(_ROOT, tree.fd) if _is_manifest(PurePosixPath(entry.name))]
         for entry in sorted(manifests, key=lambda entry: entry.name == RUN_MARKER):
             if entry.is_file(follow_symlinks=False):
-                self.unlink(PurePosixPath(entry.name), entry, fd)
+                self.unlink(PurePosixPath(entry.name), entry, tree.fd)
         if not (self.left or self.errors or self.dry_run):
             try:
-                self.run_dir.rmdir()
+                tree.remove_self()
             except OSError as error:
                 self.errors.append(error_line("rmdir", self.run_dir, error))
 
@@ -179,10 +213,12 @@ def _is_manifest(rel: PurePosixPath) -> bool:
     return len(rel.parts) == 1 and (rel.name == RUN_MARKER or rel.name.startswith(RUN_MARKER + TEMP_INFIX))
 
 
-def remove_owned(run_dir: Path, only: Path | None = None, dry_run: bool = False) -> Removal:
+def remove_owned(
+    run_dir: Path, only: Path | None = None, dry_run: bool = False, identity: tuple[int, int] | None = None
+) -> Removal:
     """Removes exactly the files the run directory's manifest declares (everywhere, or only inside `only`) and the
-    run's directories they leave empty, then (without `only`) the manifest and the run directory if empty.
-    dry_run only counts."""
+    run's directories they leave empty, then (without `only`, and when nothing is left) the manifest and the run
+    directory. `identity`: the run directory's (st_dev, st_ino), refused if it was replaced. dry_run only counts."""
     run_dir = Path(os.path.abspath(run_dir))
     nothing = Removal(str(run_dir), dry_run=dry_run)
     try:
@@ -190,21 +226,20 @@ def remove_owned(run_dir: Path, only: Path | None = None, dry_run: bool = False)
     except ValueError:
         return replace(nothing, errors=(f"remove {only}: not inside the run directory {run_dir}; nothing removed",))
     try:
-        fd = os.open(run_dir, _DIR_FLAGS)
+        tree = RunTree(run_dir, identity)
+    except PlantedEntry as planted:
+        return replace(nothing, left=(Left(run_dir.name, str(planted)),), errors=(f"{planted}; nothing removed",))
     except OSError as error:
         return _unreadable(nothing, error)
-    try:
-        groups = read_manifest(RUN_MARKER, fd)["groups"]
-    except (OSError, ValueError) as error:
-        os.close(fd)
-        return _unreadable(nothing, error)
-    sweep = _Sweep(run_dir, groups, scope, dry_run)
-    try:
-        sweep.sweep(_ROOT, fd)
-        if only is None and not sweep.errors:  # the manifest stays while anything failed: `ckptqual clean` needs it
-            sweep.finish(fd)
-    finally:
-        os.close(fd)
+    with tree:
+        try:
+            groups = read_manifest(RUN_MARKER, tree.fd)["groups"]
+        except (OSError, ValueError) as error:
+            return _unreadable(nothing, error)
+        sweep = _Sweep(run_dir, groups, scope, dry_run)
+        sweep.sweep(_ROOT, tree.fd)
+        if only is None:
+            sweep.finish(tree)
     return Removal(str(run_dir), sweep.removed_files, sweep.removed_bytes, (*sweep.left,), (*sweep.errors,), dry_run)
 
 

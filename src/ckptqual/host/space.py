@@ -36,12 +36,13 @@ class RunSpace:
 
     def own(self, directory: Path, files: list[str]) -> None:
         """Makes `directory` and lists in it the files the run is about to write there (for layouts drawn live)."""
-        self._call(f"preparing {directory}", make_listed_directory, directory, files)
+        target = self.target
+        self._call(f"preparing {directory}", make_listed_directory, target.run_dir, target.identity, directory, files)
 
     def remove(self, directory: Path, what: str) -> None:
         """Removes the files the run wrote in `directory` (and the directory, once empty); anything else found
         there is left and recorded. Raises RunError when the removal fails or the drive does not answer."""
-        removal: Removal = self._call(what, remove_owned, self.run_dir, directory)
+        removal: Removal = self._call(what, remove_owned, self.run_dir, directory, False, self.target.identity)
         self.left.extend(left for left in removal.to_dict()["left"] if left not in self.left)
         if removal.errors:
             error = RunError(f"{what}: {removal.errors[0]}", "io-error")
@@ -66,13 +67,13 @@ class RunSpace:
             return self.cleanup
         if self.unresponsive:
             self.target.abandon()
-            cleanup = {"removed": False, "why": f"not attempted: {self.unresponsive}", "errors": []}
+            cleanup = self._not_removed(f"not attempted: {self.unresponsive}", [])
         else:
             try:
                 removal = self.target.cleanup(self)
                 cleanup = {**removal.to_dict(), "removed": removal.complete} if removal else {"removed": False}
             except RunError as error:
-                cleanup = {"removed": False, "why": str(error), "errors": [str(error)]}
+                cleanup = self._not_removed(str(error), [str(error)])
         self.left.extend(left for left in cleanup.pop("left", []) if left not in self.left)
         if self.target.keep:
             cleanup["why"] = "kept with --keep"
@@ -81,6 +82,10 @@ class RunSpace:
         self.ops.close()
         self.cleanup = cleanup
         return cleanup
+
+    def _not_removed(self, why: str, errors: list[str]) -> dict[str, Any]:
+        """The account of a cleanup that did not happen: the whole run directory is left, and why."""
+        return {"removed": False, "why": why, "errors": errors, "left": [{"path": self.run_dir.name, "why": why}]}
 
     def call(self, what: str, function: Any, *args: Any) -> Any:
         """The runner `Target.cleanup` changes the drive through: the helper, with its deadline."""

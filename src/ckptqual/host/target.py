@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptqual.host import guard
+from ckptqual.host.beneath import RunTree
 from ckptqual.host.guard import LOCK_FILE as LOCK_FILE
 from ckptqual.host.guard import RUN_MARKER, RUN_PREFIX, TARGET_MARKER, TargetError
 from ckptqual.host.identity import DriveIdentity as DriveIdentity
@@ -52,6 +53,7 @@ class Target:
     run_dir: Path
     lock: Lock = field(repr=False)
     manifest: dict[str, Any] = field(repr=False)
+    identity: tuple[int, int] = field(repr=False)  # the run directory's (st_dev, st_ino), proving it is the one made
     created_target: bool = False
     created_marker: bool = False
     keep: bool = False
@@ -70,7 +72,7 @@ class Target:
             raise TargetError(f"declare {pattern!r}: the run in {self.run_dir} was already cleaned up")
         add_group(self.manifest, pattern, files, listed)
         try:
-            write_json_atomically(self.run_dir / RUN_MARKER, self.manifest)
+            write_manifest(self.run_dir, self.identity, self.manifest)
         except OSError as error:
             raise guard.failure("write", self.run_dir / RUN_MARKER, error) from error
 
@@ -85,9 +87,11 @@ class Target:
         errors: list[str | None] = []
         try:
             if self.keep:
-                self.removal = call(f"marking {self.run_dir} kept", _mark_kept, self.run_dir, self.manifest)
+                kept = call(f"marking {self.run_dir} kept", _mark_kept, self.run_dir, self.identity, self.manifest)
+                self.removal = kept
             else:
-                self.removal = call(f"removing what the run wrote in {self.run_dir}", remove_owned, self.run_dir)
+                what = f"removing what the run wrote in {self.run_dir}"
+                self.removal = call(what, remove_owned, self.run_dir, None, False, self.identity)
             if self.created_marker and not self.keep:  # under the lock: the next run may need the marker
                 errors.append(call("removing the target marker", guard.remove_marker, self.path))
             errors.append(call("releasing the target", unlink_lock_file, self.lock.path))
@@ -106,11 +110,17 @@ class Target:
         self.lock.close()
 
 
-def _mark_kept(run_dir: Path, manifest: dict[str, Any]) -> Removal:
+def write_manifest(run_dir: Path, identity: tuple[int, int], manifest: dict[str, Any]) -> None:
+    """Writes the manifest of the run directory `run_dir` (refused if it is not the one with `identity`)."""
+    with RunTree(run_dir, identity) as tree:
+        write_json_atomically(tree.fd, run_dir / RUN_MARKER, manifest)
+
+
+def _mark_kept(run_dir: Path, identity: tuple[int, int], manifest: dict[str, Any]) -> Removal:
     """Marks a run directory as kept (so leftovers name it so) and reports it as left."""
     kept = Removal(str(run_dir), left=(Left(run_dir.name, KEPT),))
     try:
-        write_json_atomically(run_dir / RUN_MARKER, {**manifest, "kept": True})
+        write_manifest(run_dir, identity, {**manifest, "kept": True})
     except OSError as error:
         return replace(kept, errors=(guard.error_line("write", run_dir / RUN_MARKER, error),))
     return kept
@@ -173,13 +183,14 @@ def open_target(path: Path | None, keep: bool = False) -> Target:
         created_marker = guard.ensure_marker(path)
         if created_marker:
             undo.callback(_quietly, os.unlink, path / TARGET_MARKER)
-        manifest = _make_run_dir(run_dir, held, undo)
+        manifest, identity = _make_run_dir(run_dir, held, undo)
         undo.pop_all()
-    return Target(path, run_dir, held, manifest, created_target, created_marker, keep)
+    return Target(path, run_dir, held, manifest, identity, created_target, created_marker, keep)
 
 
-def _make_run_dir(run_dir: Path, held: Lock, undo: ExitStack) -> dict[str, Any]:
-    """Creates the run directory and its manifest (both undone by `undo` on a later failure); returns the manifest."""
+def _make_run_dir(run_dir: Path, held: Lock, undo: ExitStack) -> tuple[dict[str, Any], tuple[int, int]]:
+    """Creates the run directory and its manifest (both undone by `undo` on a later failure); returns the manifest
+    and the directory's identity."""
     try:
         os.mkdir(run_dir, 0o700)
     except OSError as error:
@@ -187,10 +198,11 @@ def _make_run_dir(run_dir: Path, held: Lock, undo: ExitStack) -> dict[str, Any]:
     undo.callback(_quietly, os.rmdir, run_dir)
     manifest = new_manifest(held.holder)
     try:
-        write_json_atomically(run_dir / RUN_MARKER, manifest)
+        with RunTree(run_dir) as tree:
+            write_json_atomically(tree.fd, run_dir / RUN_MARKER, manifest)
+            return manifest, tree.identity
     except OSError as error:
         raise guard.failure("create", run_dir / RUN_MARKER, error) from error
-    return manifest
 
 
 def main(argv: Sequence[str] | None = None) -> int:

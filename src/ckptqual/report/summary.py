@@ -190,9 +190,7 @@ def _left_lines(data: dict[str, Any]) -> list[str]:
     left = data.get("left_on_target", [])
     if cleanup.get("removed"):
         return ["target: everything the run wrote was removed"]
-    errors = cleanup.get("errors", [])
-    why = cleanup.get("why") or (errors[0] + (f" (and {len(errors) - 1} more errors)" if len(errors) > 1 else ""))
-    lines = [f"target: not everything was removed: {why}"]
+    lines = [f"target: not everything was removed: {cleanup['why']}"]
     lines += [f"  left {entry['path']}: {entry['why']}" for entry in left[:10]]
     if cleanup.get("fix"):
         lines.append(f"  remove ckptqual's leftovers with: {cleanup['fix']}")

@@ -417,6 +417,7 @@ class RankPool(Pool):
         self._lock = threading.Lock()
         self.stopped: str | None = None
         self.abandoned: list[str] = []
+        self._closed = False
         for rank in range(ranks):
             parent, child = context.Pipe()
             proc = context.Process(
@@ -508,7 +509,11 @@ class RankPool(Pool):
 
     def close(self, grace_s: float = _STOP_GRACE_S) -> None:
         """Stops every rank: politely for `grace_s`, then by force. A rank that SIGKILL cannot end (stuck in the
-        kernel on an unresponsive drive) is abandoned, not waited for, and named in `abandoned`."""
+        kernel on an unresponsive drive) is abandoned, not waited for, and named in `abandoned` once: a second call
+        (the run's own close after a stop) does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         for conn in self._conns:
             with contextlib.suppress(OSError, ValueError):
                 conn.send(Task("stop"))
