@@ -67,4 +67,6 @@ def read_text_file(path: Path, max_bytes: int) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ValueError(f"is not UTF-8 text (byte {error.start} is {data[error.start]:#04x}); fix its encoding") from None
+        raise ValueError(
+            f"is not UTF-8 text (byte {error.start} is {data[error.start]:#04x}); fix its encoding"
+        ) from None

@@ -60,7 +60,7 @@ _CONTEXT: dict[str, Kind] = {
     "threads": whole(1),
     "layout": TEXT,
 }
-_NON_NEGATIVE = number(lambda v: v >= 0, "a finite number >= 0")
+_BOUND = number(lambda v: v > 0, "a finite number > 0 (a min of 0 holds for any figure, a max of 0 for none)")
 _MARGINAL = number(lambda m: 0 <= m < 1, "a fraction with 0 <= marginal < 1")
 _DRIVE_KEYS = {"name": TEXT, "description": TEXT, "capacity_bytes": whole(1), "source": TEXT}
 _LIMIT_KEYS = ("name", "min", "max", "unit", "marginal", "where", "relative_to", "at_full_scale", "source")
@@ -104,7 +104,7 @@ def _check_unit(table: KeyTable, name: str, unit: str, relative_to: str | None) 
 def _limit(path: Path, index: int, data: Any) -> Limit:
     table = KeyTable(path, f"limit[{index}]", data, _LIMIT_KEYS, f"[[limit]] number {index}")
     name = table.get("name", choice(MEASUREMENTS, "measurement"), required=True)
-    bounds = {side: table.get(side, _NON_NEGATIVE) for side in ("min", "max")}
+    bounds = {side: table.get(side, _BOUND) for side in ("min", "max")}
     if (bounds["min"] is None) == (bounds["max"] is None):
         raise table.error("", "give exactly one of min = ... or max = ...")
     unit = table.get("unit", TEXT, required=True)

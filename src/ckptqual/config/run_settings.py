@@ -4,6 +4,7 @@ any I/O on the target."""
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import shutil
@@ -19,10 +20,11 @@ from ckptqual.config.table import COMMAND_LINE, DEFAULT, SETTINGS, Setting, over
 from ckptqual.config.values import SettingsError
 from ckptqual.faults import os_error_line
 from ckptqual.host.target import check_target
+from ckptqual.io.readers.base import ALIGN_BYTES
 from ckptqual.limits.limits import MIN_JUDGED_BYTES
 from ckptqual.limits.units import format_size
 from ckptqual.plan.footprint import checkpoints_for_fraction
-from ckptqual.plan.model import CheckpointPlan
+from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan
 from ckptqual.plan.planfile import load_plan
 from ckptqual.plan.workloads import Workload, load_workload
 
@@ -127,7 +129,7 @@ def resolve_settings(options: Mapping[str, Any], table: Iterable[Setting] = SETT
     drive_file = _drive_file(options, table)
     values, sources = overlay(options, drive_file.values, str(drive_file.path), table)
     workload = _workload(values["workload"])
-    plan = workload.plan().scaled(values["scale"])
+    plan = _scaled_plan(workload, values["scale"], sources["scale"])
     _check_target_and_results(values)
     values["checkpoints_per_pass"], sources["checkpoints_per_pass"] = _checkpoints_per_pass(values, sources, plan)
     _check_host(plan, values)
@@ -175,6 +177,30 @@ def _workload(name: str) -> Workload:
         return load_workload(name)
     except ValueError as error:
         raise SettingsError(f"--workload: {error}") from error
+
+
+def minimum_scale(full: CheckpointPlan) -> float:
+    """The smallest scale (two significant digits) at which `full` still holds one block (ALIGN_BYTES) per file: each
+    tensor loses less than one element to rounding, so its bytes are then at least files x ALIGN_BYTES."""
+    tensors = sum(len(spec.tensors) for rank in full.ranks for spec in rank.files)
+    needed = full.file_count * ALIGN_BYTES + tensors * max(DTYPE_BYTES.values())
+    if needed >= full.total_bytes:
+        return 1.0
+    step = 10 ** (math.floor(math.log10(needed / full.total_bytes)) - 1)
+    return float(f"{math.ceil(needed / full.total_bytes / step) * step:.2g}")
+
+
+def _scaled_plan(workload: Workload, scale: float, source: str) -> CheckpointPlan:
+    """The workload's plan at `scale`, refused where its files would shrink below a block: nothing could be timed."""
+    full = workload.plan()
+    smallest = minimum_scale(full)
+    if scale < smallest:
+        raise SettingsError(
+            f"--scale {scale:g} ({source}): the workload {workload.name}'s {full.file_count} files would hold less "
+            f"than one {format_size(ALIGN_BYTES)} block each, too little to time a write or a read; use --scale "
+            f"{smallest:.2g} or more"
+        )
+    return full.scaled(scale)
 
 
 def _check_target_and_results(values: Mapping[str, Any]) -> None:

@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from ckptqual.config.run_settings import RunSettings, TargetProblem, resolve_settings
+from ckptqual.config.run_settings import RunSettings, TargetProblem, minimum_scale, resolve_settings
 from ckptqual.config.table import COMMAND_LINE, setting
 from ckptqual.config.values import SettingsError
 from ckptqual.host.target import describe_leftovers
@@ -121,7 +121,8 @@ def _changes(run: RunSettings, parts: set[str], free: int, fitting: Callable) ->
 def _smaller_scale(run: RunSettings, change: dict[str, str], fitting: Callable) -> Iterator[dict[str, str]]:
     """The largest scale below the run's (two significant digits) with which `change` fits, if any."""
     with_scale = lambda exponent: {**change, "scale": _two_digits(10**exponent)}  # noqa: E731
-    high, low = math.log10(run.scale), math.log10(run.scale) - 6
+    smallest = math.log10(minimum_scale(run.workload.plan())) + 1e-9  # above it even once rounded down
+    high, low = math.log10(run.scale), max(math.log10(run.scale) - 6, smallest)
     if fitting(with_scale(low)) is None:
         return
     for _ in range(_SCALE_STEPS):
