@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from ckptqual.config.drives import drive_targets
+from ckptqual.config.outputs import check_apart
 from ckptqual.config.run_settings import RunSettings, resolve_drive, resolve_settings
 from ckptqual.config.space import check_space
 from ckptqual.config.table import SETTINGS, add_options
@@ -72,13 +73,18 @@ def resolved_runs(config: pytest.Config) -> list[DriveRun]:
 
 
 def _resolve(config: pytest.Config) -> list[DriveRun]:
+    """Each drive's settings, then its outputs (pytest's JUnit XML among them) apart from every target and each
+    other."""
     options = {row.name: config.getoption(row.name) for row in SETTINGS if row.flag}
     targets = drive_targets(options["target"], options["drive"])
     if len(targets) == 1:
-        return [DriveRun(None, resolve_settings({**options, "target": targets[0].target,
+        runs = [DriveRun(None, resolve_settings({**options, "target": targets[0].target,
                                                   "drive": targets[0].drive or options["drive"]}))]  # fmt: skip
-    at_once = min(len(targets), _workers(config))
-    return [DriveRun(target.label, *resolve_drive(options, target, at_once)) for target in targets]
+    else:
+        at_once = min(len(targets), _workers(config))
+        runs = [DriveRun(target.label, *resolve_drive(options, target, at_once)) for target in targets]
+    check_apart(config.getoption("xmlpath", None), [run.settings for run in runs])
+    return runs
 
 
 def _workers(config: pytest.Config) -> int:

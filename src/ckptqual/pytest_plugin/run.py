@@ -36,7 +36,11 @@ SUBJECT = pytest.StashKey[str]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARK}: a check of the ckptqual qualification suite")
-    if config.getoption("numprocesses", None) and names_the_qualification(config) and len(drive_runs(config)) < 2:
+    if not names_the_qualification(config):
+        return
+    if config.getoption("xmlpath", None):
+        drive_runs(config)  # pytest writes its JUnit XML even for a run refused at collection: refuse before that
+    if config.getoption("numprocesses", None) and len(drive_runs(config)) < 2:
         raise pytest.UsageError(
             "the qualification runs its own rank processes on one target; run tests_qual without -n "
             "(xdist workers would run its tests at once and measure each other), or give --target several times "
