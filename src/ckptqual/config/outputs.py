@@ -21,7 +21,7 @@ def check_results(path: Path, target: Path | None) -> None:
     path = path.absolute()
     if path.is_dir():
         raise SettingsError(f"--results {path}: is a directory; give a file path, e.g. --results {path}/results.json")
-    _outside(f"--results {path}", path, target, "--results ./results.json")
+    _outside(f"--results {path}", path, target, "write the results elsewhere, e.g. --results ./results.json")
     parent = path.parent
     if not parent.is_dir():
         raise SettingsError(f"--results {path}: the directory {parent} does not exist; create it first")
@@ -39,7 +39,7 @@ def check_report_dir(directory: Path, target: Path | None) -> None:
         raise SettingsError(
             f"--report-dir {directory}: is not a directory; give a directory, e.g. --report-dir ./report"
         )
-    _outside(f"--report-dir {directory}", directory, target, "--report-dir ./report")
+    _outside(f"--report-dir {directory}", directory, target, "write the report elsewhere, e.g. --report-dir ./report")
     existing = next(parent for parent in (directory, *directory.parents) if parent.exists())
     if not os.access(existing, os.W_OK | os.X_OK):
         raise SettingsError(f"--report-dir {directory}: {existing} is not writable by this user; write it elsewhere")
@@ -55,7 +55,7 @@ def check_apart(junitxml: str | os.PathLike[str] | None, runs: Sequence[RunSetti
     if junitxml is not None:
         junit = Path(junitxml).absolute()
         for target in targets:
-            _outside(f"--junitxml {junit}", junit, target, "--junitxml ./qual.xml")
+            _outside(f"--junitxml {junit}", junit, target, "write it elsewhere, e.g. --junitxml ./qual.xml")
         files.append(("--junitxml", junit))
     for option, path in files:
         for report in reports:
@@ -74,11 +74,10 @@ def check_apart(junitxml: str | os.PathLike[str] | None, runs: Sequence[RunSetti
                 )
 
 
-def _outside(what: str, path: Path, target: Path | None, example: str) -> None:
+def _outside(what: str, path: Path, target: Path | None, fix: str) -> None:
     if target is not None and _inside(path, target):
         raise SettingsError(
-            f"{what}: lies inside the target {target}, which holds only what ckptqual creates and removes; write "
-            f"it elsewhere, e.g. {example}"
+            f"{what}: lies inside the target {target}, which holds only what ckptqual creates and removes; {fix}"
         )
 
 
