@@ -11,7 +11,7 @@ import pytest
 from ckptqual.config.drives import drive_targets
 from ckptqual.config.outputs import check_apart
 from ckptqual.config.run_settings import RunSettings, resolve_drive, resolve_settings
-from ckptqual.config.space import check_space
+from ckptqual.config.space import check_inodes, check_space
 from ckptqual.config.table import SETTINGS, add_options
 from ckptqual.config.values import SettingsError
 from ckptqual.host import gpu
@@ -143,7 +143,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if run.problem is not None:
             continue  # its target was refused: there is no space to check
         try:
-            check_space(run.settings, selected_parts(running))
+            parts = selected_parts(running)
+            check_space(run.settings, parts)
+            check_inodes(run.settings, parts)
         except SettingsError as error:
             if len(runs) == 1:
                 raise pytest.UsageError(str(error)) from None

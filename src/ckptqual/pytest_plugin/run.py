@@ -11,6 +11,7 @@ from collections.abc import Callable, Generator, Iterator
 
 import pytest
 
+from ckptqual.config.space import LAYOUT_MAX_FILES
 from ckptqual.faults import RunError
 from ckptqual.plan.strategies import layouts
 from ckptqual.pytest_plugin.drives import (
@@ -175,7 +176,9 @@ def layout_strategy(qualification: Qualification, benchmark):
     """The Hypothesis strategy of this run's odd layouts: at most the run's ranks and its layout size. (The
     benchmark is there for pytest_plugin/benchmarks.py, which times the layouts test as one benchmark round.)"""
     run = qualification.settings
-    return layouts(max_total_bytes=run.layout_max_total_bytes, max_ranks=len(run.plan.ranks), max_files=64)
+    return layouts(
+        max_total_bytes=run.layout_max_total_bytes, max_ranks=len(run.plan.ranks), max_files=LAYOUT_MAX_FILES
+    )
 
 
 @pytest.fixture
