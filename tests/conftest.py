@@ -34,12 +34,13 @@ def loop_ext4(tmp_path) -> Iterator[Callable[[str], Path]]:
     devices); always thaws and unmounts."""
     mounted: list[Path] = []
 
-    def make(size: str, options: str = "") -> Path:
+    def make(size: str, options: str = "", mkfs: tuple[str, ...] = ()) -> Path:
+        """`mkfs`: more options of mkfs.ext4, e.g. ("-N", "64") for few inodes."""
         image = tmp_path / f"ext4-{len(mounted)}.img"
         point = tmp_path / f"ext4-{len(mounted)}"
         point.mkdir()
         subprocess.run(["truncate", "-s", size, str(image)], check=True)
-        made = subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], capture_output=True)
+        made = subprocess.run(["mkfs.ext4", "-q", "-F", *mkfs, str(image)], capture_output=True)
         mount = ["mount", "-o", ",".join(["loop", *filter(None, [options])]), str(image), str(point)]
         if made.returncode or subprocess.run(mount).returncode:
             pytest.skip("cannot make and loop-mount an ext4 filesystem here (needs root, mkfs.ext4, loop devices)")

@@ -86,8 +86,9 @@ def test_plan_help_shows_the_scale_default_from_the_settings_table(capsys):
         main(["plan", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert (
-        "--scale SCALE shrink every tensor (and the odd layouts) by this factor, 0 < S <= 1 (default: 1.0)" in help_text
-    )
+        "--scale SCALE shrink every tensor (and the odd layouts) by this factor, 0 < S <= 1, and not so far that the "
+        "checkpoint holds less than one 4K block per file (default: 1.0)"
+    ) in help_text
 
 
 def run_module(*args: str) -> subprocess.CompletedProcess:

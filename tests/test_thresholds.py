@@ -196,7 +196,7 @@ def test_toml_syntax_error(tmp_path):
         (DRIVE + '[sweep]\nblock_sizes = ["1m"]\n', "sweep.block_sizes", "must be a size"),
         (DRIVE + "[sweep]\nblock_sizes = []\n", "sweep.block_sizes", "non-empty list"),
         (DRIVE + '[sweep]\nblock_sizes = "1M"\n', "sweep.block_sizes", "non-empty list"),
-        (DRIVE + "[sweep]\nthreads = [4, 0]\n", "sweep.threads", "item 2: must be a whole number >= 1"),
+        (DRIVE + "[sweep]\nthreads = [4, 0]\n", "sweep.threads", "item 2: must be a whole number from 1 to 4096"),
         (DRIVE + "[sweep]\nthreads = [4, 4]\n", "sweep.threads", "list each once"),
         (DRIVE + "[sweep]\njobs = 0\n", "sweep.jobs", "whole number >= 1"),
         (DRIVE + "[sweep]\nfile_bytes = -1\n", "sweep.file_bytes = -1", "must be a size"),

@@ -1,8 +1,14 @@
-"""Where the packaged data lives: `fixtures/` and `thresholds/` of a checkout, or their copies in a wheel."""
+"""Where the packaged data lives (`fixtures/` and `thresholds/` of a checkout, or their copies in a wheel), and the
+one way a data file, packaged or the user's, is read: a bounded read of a regular file."""
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
+
+from ckptqual.host.beneath import kind_of
 
 _PACKAGE = Path(__file__).resolve().parent
 _CHECKOUT = _PACKAGE.parents[1]
@@ -26,7 +32,7 @@ def resolve(name_or_path: str, directory: str, what: str) -> Path:
     """A file given by its name in `directory` or by a path; an unknown name lists the available ones."""
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.parent != Path("."):
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise FileNotFoundError(f"{what} file {name_or_path!r} does not exist")
         return path
     available = named_files(directory)
@@ -34,3 +40,33 @@ def resolve(name_or_path: str, directory: str, what: str) -> Path:
         names = ", ".join(available) or "(none)"
         raise LookupError(f"unknown {what} {name_or_path!r}; available: {names} (or give a path to a .toml file)")
     return available[name_or_path]
+
+
+def read_text_file(path: Path, max_bytes: int) -> str:
+    """The UTF-8 text of the regular file `path`, at most `max_bytes` of it, opened without following a symlink or
+    waiting on a FIFO; ValueError (one line: what the file is and the fix) for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ValueError(f"is a symlink to {os.readlink(path)}; give the file itself") from None
+        raise ValueError(f"cannot be opened ({error.strerror}); give a readable file") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"is {kind_of(mode)}, not a regular file; give a regular file")
+        chunks, size = [], 0
+        while size <= max_bytes and (chunk := os.read(fd, max_bytes + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise ValueError(f"is larger than {max_bytes:,} bytes, more than such a file ever holds; give the right file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"is not UTF-8 text (byte {error.start} is {data[error.start]:#04x}); fix its encoding"
+        ) from None

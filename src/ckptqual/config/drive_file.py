@@ -18,7 +18,9 @@ from ckptqual.config.values import FLAG, TEXT, KeyTable, Kind, SettingsError, ch
 from ckptqual.io.readers import TRANSFERS
 from ckptqual.limits.limits import BASELINES, DRIVE_STATES, MEASUREMENTS, Limit, limits_for
 from ckptqual.limits.units import UNITS, format_size, unit_kind
-from ckptqual.resources import named_files, resolve
+from ckptqual.resources import named_files, read_text_file, resolve
+
+MAX_FILE_BYTES = 1 << 20  # a drive file is a few dozen limits
 
 
 @dataclass(frozen=True)
@@ -214,8 +216,9 @@ def load_drive_file(name_or_path: str, table: Iterable[Setting] = SETTINGS) -> D
     except (LookupError, FileNotFoundError) as error:
         raise SettingsError(str(error)) from error
     try:
-        with path.open("rb") as stream:
-            data = tomllib.load(stream)
+        data = tomllib.loads(read_text_file(path, MAX_FILE_BYTES))
     except tomllib.TOMLDecodeError as error:
         raise SettingsError(f"{path}: not valid TOML: {error}; fix the syntax there") from error
+    except ValueError as error:
+        raise SettingsError(f"{path}: {error}") from None
     return _parse(path, data, tuple(table))

@@ -4,6 +4,7 @@ any I/O on the target."""
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import shutil
@@ -15,14 +16,17 @@ from typing import Any
 
 from ckptqual.config.drive_file import DriveFile, load_drive_file
 from ckptqual.config.drives import DriveTarget, per_drive_path
+from ckptqual.config.outputs import check_report_dir, check_results
 from ckptqual.config.table import COMMAND_LINE, DEFAULT, SETTINGS, Setting, overlay, setting
 from ckptqual.config.values import SettingsError
-from ckptqual.faults import os_error_line
+from ckptqual.host.guard import LOCK_FILE, RUN_MARKER, TARGET_MARKER
+from ckptqual.host.manifest import FILE_LIST, TEMP_INFIX
 from ckptqual.host.target import check_target
+from ckptqual.io.readers.base import ALIGN_BYTES
 from ckptqual.limits.limits import MIN_JUDGED_BYTES
 from ckptqual.limits.units import format_size
 from ckptqual.plan.footprint import checkpoints_for_fraction
-from ckptqual.plan.model import CheckpointPlan
+from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan
 from ckptqual.plan.planfile import load_plan
 from ckptqual.plan.workloads import Workload, load_workload
 
@@ -34,6 +38,7 @@ _MEMORY_SHARE = 0.5
 # What a file path gains inside the target: run directory (ckptqual-run-YYYYmmdd-HHMMSS-xxxxxxxx/) and the deepest
 # place a plan's files go (checkpoints/checkpoint-00000/, layouts/layout-000-regular/).
 _RUN_PATH_BYTES = 100
+RESERVED_NAMES = (TARGET_MARKER, LOCK_FILE, RUN_MARKER, FILE_LIST)  # ckptqual's own entries on a target
 _PRECEDENCE = {COMMAND_LINE: 0, DEFAULT: 2}  # a drive file's path ranks 1
 Options = dict[str, Any]  # command-line values by setting name; None or absent: not given
 
@@ -127,8 +132,8 @@ def resolve_settings(options: Mapping[str, Any], table: Iterable[Setting] = SETT
     drive_file = _drive_file(options, table)
     values, sources = overlay(options, drive_file.values, str(drive_file.path), table)
     workload = _workload(values["workload"])
-    plan = workload.plan().scaled(values["scale"])
-    _check_target_and_results(values)
+    plan = _scaled_plan(workload, values["scale"], sources["scale"])
+    _check_target_and_outputs(values)
     values["checkpoints_per_pass"], sources["checkpoints_per_pass"] = _checkpoints_per_pass(values, sources, plan)
     _check_host(plan, values)
     values["seed"] = values["seed"] if values["seed"] is not None else int.from_bytes(os.urandom(4), "little")
@@ -177,13 +182,39 @@ def _workload(name: str) -> Workload:
         raise SettingsError(f"--workload: {error}") from error
 
 
-def _check_target_and_results(values: Mapping[str, Any]) -> None:
+def minimum_scale(full: CheckpointPlan) -> float:
+    """The smallest scale (two significant digits) at which `full` still holds one block (ALIGN_BYTES) per file: each
+    tensor loses less than one element to rounding, so its bytes are then at least files x ALIGN_BYTES."""
+    tensors = sum(len(spec.tensors) for rank in full.ranks for spec in rank.files)
+    needed = full.file_count * ALIGN_BYTES + tensors * max(DTYPE_BYTES.values())
+    if needed >= full.total_bytes:
+        return 1.0
+    step = 10 ** (math.floor(math.log10(needed / full.total_bytes)) - 1)
+    return float(f"{math.ceil(needed / full.total_bytes / step) * step:.2g}")
+
+
+def _scaled_plan(workload: Workload, scale: float, source: str) -> CheckpointPlan:
+    """The workload's plan at `scale`, refused where its files would shrink below a block: nothing could be timed."""
+    full = workload.plan()
+    smallest = minimum_scale(full)
+    if scale < smallest:
+        raise SettingsError(
+            f"--scale {scale:g} ({source}): the workload {workload.name}'s {full.file_count} files would hold less "
+            f"than one {format_size(ALIGN_BYTES)} block each, too little to time a write or a read; use --scale "
+            f"{smallest:.2g} or more"
+        )
+    return full.scaled(scale)
+
+
+def _check_target_and_outputs(values: Mapping[str, Any]) -> None:
     target = values["target"]
     problems = check_target(target) if target is not None else []
     if problems:
         raise TargetProblem(f"--target: {problems[0]}")
     if values["results"] is not None:
-        _check_results(values["results"], target)
+        check_results(values["results"], target)
+    if values["report_dir"] is not None:
+        check_report_dir(values["report_dir"], target)
 
 
 def _checkpoints_per_pass(values: Mapping[str, Any], sources: Mapping[str, str], plan: CheckpointPlan) -> tuple:
@@ -271,11 +302,18 @@ def host_rank_capacity() -> int:
 
 
 def _check_names(plan: CheckpointPlan, target: Path, option: str) -> None:
-    """Every file name of `plan` must be legal on the target's filesystem (NAME_MAX) inside a run directory."""
+    """Every file name of `plan` must be legal on the target's filesystem (NAME_MAX) inside a run directory, and none
+    of ckptqual's own (RESERVED_NAMES)."""
     name_max = os.pathconf(target, "PC_NAME_MAX")
     path_max = os.pathconf(target, "PC_PATH_MAX")
     room = path_max - len(str(target.resolve())) - _RUN_PATH_BYTES
     for spec in (spec for rank in plan.ranks for spec in rank.files):
+        reserved = next((name for part in spec.path.split("/") for name in RESERVED_NAMES if _is_own(part, name)), None)
+        if reserved is not None:
+            raise SettingsError(
+                f"{option}: file {spec.path[:60]!r} uses the name {reserved}, which ckptqual keeps for its own "
+                f"bookkeeping on the target; rename it"
+            )
         longest = max(spec.path.split("/"), key=len)
         if len(longest.encode()) > name_max:
             raise SettingsError(
@@ -289,31 +327,9 @@ def _check_names(plan: CheckpointPlan, target: Path, option: str) -> None:
             )
 
 
-def _check_results(path: Path, target: Path | None) -> None:
-    """The results file's place must be writable and outside the target (which holds only what ckptqual makes)."""
-    path = path.absolute()
-    if path.is_dir():
-        raise SettingsError(f"--results {path}: is a directory; give a file path, e.g. --results {path}/results.json")
-    if target is not None and target.resolve() in (path.resolve(), *path.resolve().parents):
-        raise SettingsError(
-            f"--results {path}: lies inside the target {target}, which holds only what ckptqual creates and removes; "
-            f"write the results elsewhere, e.g. --results ./results.json"
-        )
-    parent = path.parent
-    if not parent.is_dir():
-        raise SettingsError(f"--results {path}: the directory {parent} does not exist; create it first")
-    if os.statvfs(parent).f_flag & os.ST_RDONLY:
-        raise SettingsError(f"--results {path}: {parent} is on a read-only filesystem; write the results elsewhere")
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise SettingsError(f"--results {path}: not writable by this user; write the results elsewhere")
-    try:  # what access() says is not what the filesystem does (root on /proc, a full disk): create and drop a file
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", suffix=".probe"):
-            pass
-    except OSError as error:
-        raise SettingsError(
-            f"--results {path}: a file cannot be created in {parent} ({os_error_line(error, 'create')}); "
-            f"write the results elsewhere"
-        ) from None
+def _is_own(part: str, name: str) -> bool:
+    """Whether the path part `part` is ckptqual's own entry `name`, or a temporary of it (`.ckptqual-run.tmp-42`)."""
+    return part == name or part.startswith(name + TEMP_INFIX)
 
 
 def default_memory_budget() -> int:

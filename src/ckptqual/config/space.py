@@ -1,4 +1,5 @@
-"""The one space check, before any I/O: what the parts of the run that will run need on the target at once.
+"""The one space check, before any I/O: what the parts of the run that will run need on the target at once, in bytes
+and in inodes.
 
 The raw baseline is written and removed first, alone. Then the fill's checkpoints stay until the end, and beside
 them the read sweep's files and the odd layouts (each with its regular twin) come and go one after the other. A run
@@ -8,34 +9,42 @@ that does not fit is refused once, with a fix that makes the whole run fit, chec
 from __future__ import annotations
 
 import math
+import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
-from ckptqual.config.run_settings import RunSettings, TargetProblem, resolve_settings
+from ckptqual.config.run_settings import RunSettings, TargetProblem, minimum_scale, resolve_settings
 from ckptqual.config.table import COMMAND_LINE, setting
 from ckptqual.config.values import SettingsError
 from ckptqual.host.target import describe_leftovers
 from ckptqual.limits.units import format_size
 from ckptqual.plan.footprint import RESERVE_BYTES, checkpoint_footprint_bytes
+from ckptqual.plan.model import CheckpointPlan
 
 PARTS = ("fill", "sweep", "layouts")
+LAYOUT_MAX_FILES = 64  # files of a drawn odd layout
+# The target's marker and lock, the run directory, its manifest and the manifest's temporary while it is rewritten,
+# and its checkpoints/, raw/, layouts/ and sweep/ directories.
+MARKER_INODES = 9
 MIN_STEADY_CHECKPOINTS = 3  # over passes 2 and 3 they give the 5 rounds the SNIA rule tests
 _SCALE_STEPS = 16  # bisection steps over six decades of scale: within 0.02 %
 
 
 @dataclass(frozen=True)
 class SpaceNeed:
-    """Bytes each part of a run writes; the baseline's are gone before the others start."""
+    """Bytes (or inodes) each part of a run writes; the baseline's are gone before the others start."""
 
     baseline: int
     fill: int
     sweep: int
     layouts: int
+    reserve: int = RESERVE_BYTES
 
     @property
     def total(self) -> int:
-        return max(self.baseline, self.fill + max(self.sweep, self.layouts)) + RESERVE_BYTES
+        return max(self.baseline, self.fill + max(self.sweep, self.layouts)) + self.reserve
 
 
 def space_needed(run: RunSettings, parts: set[str]) -> SpaceNeed:
@@ -60,6 +69,45 @@ def check_space(run: RunSettings, parts: set[str], free_bytes: int | None = None
     raise TargetProblem(
         f"--target {run.space_path}: the run needs {_gb(need.total)} but the target has {_gb(free)} free "
         f"({_parts_text(run, need)}); {_advice(run, parts, free)}" + _leftovers_text(run)
+    )
+
+
+def inodes_needed(run: RunSettings, parts: set[str]) -> SpaceNeed:
+    """Inodes (files and directories) each part of `run` holds at once at most, counted like the bytes."""
+    drawn = 2 * LAYOUT_MAX_FILES + 1  # a drawn layout: its directory, its files, each in at most one new directory
+    odd = (_plan_inodes(run.layout_plan) if run.layout_plan else drawn) + 1  # and its file list
+    return SpaceNeed(
+        baseline=len(run.plan.ranks) if "baseline" in run.parts else 0,
+        fill=run.checkpoints_per_pass * _plan_inodes(run.plan) if "fill" in parts else 0,
+        sweep=run.sweep.jobs + 1 if "sweep" in parts else 0,
+        layouts=odd + len(run.plan.ranks) + 2 if "layouts" in parts else 0,  # beside it, its regular twin
+        reserve=MARKER_INODES,
+    )
+
+
+def _plan_inodes(plan: CheckpointPlan) -> int:
+    """One checkpoint's inodes: its directory, the directories under it and its files."""
+    paths = [PurePosixPath(spec.path) for rank in plan.ranks for spec in rank.files]
+    return 1 + len({parent for path in paths for parent in path.parents if parent.parts}) + len(paths)
+
+
+def check_inodes(run: RunSettings, parts: set[str], free_inodes: int | None = None) -> None:
+    """Raises one TargetProblem, with both counts and a fix, unless the target has the inodes `parts` need."""
+    stats = os.statvfs(run.space_path)
+    if free_inodes is None and stats.f_files == 0:
+        return  # the filesystem sets no inode limit (btrfs, some network filesystems)
+    free = stats.f_favail if free_inodes is None else free_inodes
+    need = inodes_needed(run, parts)
+    if need.total <= free:
+        return
+    per_checkpoint = _plan_inodes(run.plan)
+    fewest = max(MIN_STEADY_CHECKPOINTS, run.restore_checkpoints)
+    fitting = (free - need.total + need.fill) // per_checkpoint if need.fill else 0
+    fix = f"use --checkpoints-per-pass {fitting}, or " if fewest <= fitting < run.checkpoints_per_pass else "use "
+    raise TargetProblem(
+        f"--target {run.space_path}: the run needs {need.total:,} inodes (files and directories; "
+        f"{run.checkpoints_per_pass} checkpoints of {per_checkpoint:,}) but the target has {free:,} free "
+        f"(df -i); {fix}a filesystem with more inodes (e.g. mkfs.ext4 -i 16384)"
     )
 
 
@@ -121,7 +169,8 @@ def _changes(run: RunSettings, parts: set[str], free: int, fitting: Callable) ->
 def _smaller_scale(run: RunSettings, change: dict[str, str], fitting: Callable) -> Iterator[dict[str, str]]:
     """The largest scale below the run's (two significant digits) with which `change` fits, if any."""
     with_scale = lambda exponent: {**change, "scale": _two_digits(10**exponent)}  # noqa: E731
-    high, low = math.log10(run.scale), math.log10(run.scale) - 6
+    smallest = math.log10(minimum_scale(run.workload.plan())) + 1e-9  # above it even once rounded down
+    high, low = math.log10(run.scale), max(math.log10(run.scale) - 6, smallest)
     if fitting(with_scale(low)) is None:
         return
     for _ in range(_SCALE_STEPS):

@@ -27,8 +27,11 @@ from ckptqual.config.values import (
 )
 from ckptqual.io.readers import TRANSFERS
 from ckptqual.io.readers.base import ALIGN_BYTES
+from ckptqual.limits.units import format_size
 
 MAX_SEED = 2**32 - 1
+MIN_RANK_TIMEOUT_S = 1.0
+MAX_SWEEP_THREADS = 4096  # gdsio's sweep goes to 128
 PARTS = ("baseline", "fill", "restore", "sweep", "layouts")  # what a drive file's [run] parts may list
 
 
@@ -86,7 +89,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("workload", "--workload", "run", TEXT, "llama3.1-405b-review",
             "workload: a name in fixtures/workloads/ or a path to a .toml file"),
     Setting("scale", "--scale", "run", fraction("scale"), "1.0",
-            "shrink every tensor (and the odd layouts) by this factor, 0 < S <= 1"),
+            "shrink every tensor (and the odd layouts) by this factor, 0 < S <= 1, and not so far that the "
+            f"checkpoint holds less than one {format_size(ALIGN_BYTES)} block per file"),
     Setting("engine", "--engine", "run", choice(_engines, "engine"), "stream",
             "how checkpoint files are written: stream (bounded memory), stream-direct (O_DIRECT) or torch-save"),
     Setting("checkpoints_per_pass", "--checkpoints-per-pass", "run", whole(1), "3",
@@ -99,8 +103,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("report_dir", "--report-dir", None, PATH, None,
             "write report.html and its figures (ckptqual report) into this directory at the end of the run"),
     Setting("keep", "--keep", None, FLAG, "false", "keep the run directory and its checkpoints"),
-    Setting("rank_timeout_s", "--rank-timeout", None, number(lambda s: s > 0, "a number > 0 seconds, e.g. 600"),
-            "600", "seconds a rank may take for one checkpoint before the run fails it"),
+    Setting("rank_timeout_s", "--rank-timeout", None,
+            number(lambda s: s >= MIN_RANK_TIMEOUT_S, f"a number >= {MIN_RANK_TIMEOUT_S:g} second(s), e.g. 600"),
+            "600", f"seconds a rank may take for one checkpoint before the run fails it, at least "
+            f"{MIN_RANK_TIMEOUT_S:g} (starting, writing and fsyncing a checkpoint takes longer than that)"),
     Setting("memory_budget_bytes", "--memory-budget", None, size(), None,
             "memory the ranks may hold together under torch-save, e.g. 32G", unset="half of the available memory"),
     Setting("seed", "--seed", None, whole(0, MAX_SEED), None, "payload seed", unset="random, recorded in the results"),
@@ -121,8 +127,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("layout_plan", "--layout-plan", None, PATH, None, "replay one layout from a plan file (as printed)"),
     Setting("sweep_block_sizes_bytes", "--sweep-block-sizes", "sweep", list_of(_FILE_SIZE), "1M,128K,8K",
             "read sweep block sizes, multiples of 4K", key="block_sizes"),
-    Setting("sweep_threads", "--sweep-threads", "sweep", list_of(whole(1)), "16,4,1",
-            "read sweep thread counts (the I/O depth of a cell)", key="threads"),
+    Setting("sweep_threads", "--sweep-threads", "sweep", list_of(whole(1, MAX_SWEEP_THREADS)), "16,4,1",
+            f"read sweep thread counts (the I/O depth of a cell), 1 to {MAX_SWEEP_THREADS}", key="threads"),
     Setting("sweep_jobs", None, "sweep", whole(1), "4", "read sweep files, one per job", key="jobs"),
     Setting("sweep_batch", None, "sweep", whole(1), "16", "reads a sweep job submits before it waits", key="batch"),
     Setting("sweep_file_bytes", "--sweep-file-bytes", "sweep", _FILE_SIZE, "256M",

@@ -73,11 +73,28 @@ def choice(options: Collection[str] | Callable[[], Collection[str]], noun: str) 
     )
 
 
-TEXT = Kind(lambda v: isinstance(v, str) and bool(v.strip()), "must be a non-empty string")
+def _is_utf8(text: str) -> bool:
+    """Whether `text` is valid UTF-8 (a file name that is not holds lone surrogates once decoded)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+TEXT = Kind(
+    lambda v: isinstance(v, str) and bool(v.strip()) and _is_utf8(v),
+    "must be a non-empty string of valid UTF-8 (rename a file whose name is not)",
+)
 FLAG = Kind(
     lambda v: isinstance(v, bool), "must be true or false", parse=lambda text: {"true": True, "false": False}[text]
 )
-PATH = Kind(lambda v: isinstance(v, str | Path) and bool(str(v)), "must be a path", Path, Path)
+PATH = Kind(
+    lambda v: isinstance(v, str | Path) and bool(str(v)) and _is_utf8(str(v)),
+    "must be a path of valid UTF-8 (rename a file or directory whose name is not)",
+    Path,
+    Path,
+)
 
 
 def _is_address(value: Any) -> bool:

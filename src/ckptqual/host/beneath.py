@@ -48,7 +48,12 @@ def what_is(parent_fd: int, name: str) -> str:
         return "vanished while it was opened"
     if stat.S_ISLNK(mode):
         return f"is a symlink to {os.readlink(name, dir_fd=parent_fd)}"
-    return f"is {_KINDS.get(stat.S_IFMT(mode), 'an unknown kind of file')}"
+    return f"is {kind_of(mode)}"
+
+
+def kind_of(mode: int) -> str:
+    """The kind of file an st_mode says, in words ("a FIFO")."""
+    return _KINDS.get(stat.S_IFMT(mode), "an unknown kind of file")
 
 
 class RunTree:

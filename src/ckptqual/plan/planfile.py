@@ -31,9 +31,11 @@ from typing import Any
 
 from ckptqual.plan.keys import key_problem
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.resources import read_text_file
 
 FORMAT = "ckptqual-plan"
 VERSION = 1
+MAX_FILE_BYTES = 16 << 20  # the plan of the largest shipped workload (llama3-1t, 1,024 ranks) takes 0.6 MiB
 _TOP_KEYS = ("format", "version", "workload", "description", "scale", "parallelism", "ranks")
 
 
@@ -86,9 +88,9 @@ def load_plan(text_or_path: str | os.PathLike[str]) -> CheckpointPlan:
         return _parse_text(text_or_path)
     path = Path(text_or_path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise PlanFileError(f"plan file {str(path)!r}: cannot read it ({type(err).__name__}: {err})") from None
+        text = read_text_file(path, MAX_FILE_BYTES)
+    except ValueError as err:
+        raise PlanFileError(f"plan file {str(path)!r}: {err}") from None
     try:
         return _parse_text(text)
     except PlanFileError as err:

@@ -10,9 +10,10 @@ from typing import Any, NamedTuple
 
 from ckptqual.plan.keys import key_problem
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan, FilePlan, RankPlan, TensorSpec
-from ckptqual.resources import named_files, resolve
+from ckptqual.resources import named_files, read_text_file, resolve
 
 WORKLOAD_DIR = "fixtures/workloads"
+MAX_FILE_BYTES = 1 << 20  # a workload file is a few dozen lines
 LAYOUTS = ("deepspeed", "dlio-v2")
 DEEPSPEED_DIR = "global_epoch1_step1"
 ARCH_KEYS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab")
@@ -329,10 +330,11 @@ def load_workload(name_or_path: str) -> Workload:
         raise WorkloadError(str(err)) from None
     shown = _shown(path)
     try:
-        with path.open("rb") as stream:
-            doc = tomllib.load(stream)
+        doc = tomllib.loads(read_text_file(path, MAX_FILE_BYTES))
     except tomllib.TOMLDecodeError as err:
         raise WorkloadError(f"{shown}: not valid TOML ({err}); fix the syntax") from None
+    except ValueError as err:
+        raise WorkloadError(f"{shown}: {err}") from None
     try:
         return _parse(path.stem, doc)
     except WorkloadError as err:

@@ -9,8 +9,9 @@ from dataclasses import dataclass, replace
 import pytest
 
 from ckptqual.config.drives import drive_targets
+from ckptqual.config.outputs import check_apart
 from ckptqual.config.run_settings import RunSettings, resolve_drive, resolve_settings
-from ckptqual.config.space import check_space
+from ckptqual.config.space import check_inodes, check_space
 from ckptqual.config.table import SETTINGS, add_options
 from ckptqual.config.values import SettingsError
 from ckptqual.host import gpu
@@ -72,13 +73,18 @@ def resolved_runs(config: pytest.Config) -> list[DriveRun]:
 
 
 def _resolve(config: pytest.Config) -> list[DriveRun]:
+    """Each drive's settings, then its outputs (pytest's JUnit XML among them) apart from every target and each
+    other."""
     options = {row.name: config.getoption(row.name) for row in SETTINGS if row.flag}
     targets = drive_targets(options["target"], options["drive"])
     if len(targets) == 1:
-        return [DriveRun(None, resolve_settings({**options, "target": targets[0].target,
+        runs = [DriveRun(None, resolve_settings({**options, "target": targets[0].target,
                                                   "drive": targets[0].drive or options["drive"]}))]  # fmt: skip
-    at_once = min(len(targets), _workers(config))
-    return [DriveRun(target.label, *resolve_drive(options, target, at_once)) for target in targets]
+    else:
+        at_once = min(len(targets), _workers(config))
+        runs = [DriveRun(target.label, *resolve_drive(options, target, at_once)) for target in targets]
+    check_apart(config.getoption("xmlpath", None), [run.settings for run in runs])
+    return runs
 
 
 def _workers(config: pytest.Config) -> int:
@@ -137,7 +143,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if run.problem is not None:
             continue  # its target was refused: there is no space to check
         try:
-            check_space(run.settings, selected_parts(running))
+            parts = selected_parts(running)
+            check_space(run.settings, parts)
+            check_inodes(run.settings, parts)
         except SettingsError as error:
             if len(runs) == 1:
                 raise pytest.UsageError(str(error)) from None

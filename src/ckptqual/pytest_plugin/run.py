@@ -11,6 +11,7 @@ from collections.abc import Callable, Generator, Iterator
 
 import pytest
 
+from ckptqual.config.space import LAYOUT_MAX_FILES
 from ckptqual.faults import RunError
 from ckptqual.plan.strategies import layouts
 from ckptqual.pytest_plugin.drives import (
@@ -36,7 +37,11 @@ SUBJECT = pytest.StashKey[str]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARK}: a check of the ckptqual qualification suite")
-    if config.getoption("numprocesses", None) and names_the_qualification(config) and len(drive_runs(config)) < 2:
+    if not names_the_qualification(config):
+        return
+    if config.getoption("xmlpath", None):
+        drive_runs(config)  # pytest writes its JUnit XML even for a run refused at collection: refuse before that
+    if config.getoption("numprocesses", None) and len(drive_runs(config)) < 2:
         raise pytest.UsageError(
             "the qualification runs its own rank processes on one target; run tests_qual without -n "
             "(xdist workers would run its tests at once and measure each other), or give --target several times "
@@ -171,7 +176,9 @@ def layout_strategy(qualification: Qualification, benchmark):
     """The Hypothesis strategy of this run's odd layouts: at most the run's ranks and its layout size. (The
     benchmark is there for pytest_plugin/benchmarks.py, which times the layouts test as one benchmark round.)"""
     run = qualification.settings
-    return layouts(max_total_bytes=run.layout_max_total_bytes, max_ranks=len(run.plan.ranks), max_files=64)
+    return layouts(
+        max_total_bytes=run.layout_max_total_bytes, max_ranks=len(run.plan.ranks), max_files=LAYOUT_MAX_FILES
+    )
 
 
 @pytest.fixture
