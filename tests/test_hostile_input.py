@@ -108,10 +108,10 @@ def test_a_scale_at_which_the_files_hold_less_than_a_block_is_refused():
 
 @pytest.fixture
 def data_files(tmp_path) -> dict[str, Path]:
-    """A FIFO, a directory, a symlink, a file too large, one not UTF-8 and a character device."""
+    """A FIFO, a directory, a symlink to a FIFO, a file too large, one not UTF-8 and a character device."""
     os.mkfifo(tmp_path / "fifo.toml")
     (tmp_path / "dir.toml").mkdir()
-    (tmp_path / "link.toml").symlink_to("/etc/hostname")
+    (tmp_path / "link.toml").symlink_to(tmp_path / "fifo.toml")
     with (tmp_path / "huge.toml").open("wb") as huge:
         huge.truncate(64 << 20)  # sparse: larger than any data file, costs no space
     (tmp_path / "latin1.toml").write_bytes(b'description = "caf\xe9"\n')
@@ -128,7 +128,7 @@ def data_files(tmp_path) -> dict[str, Path]:
 PROBLEMS = {
     "fifo": "is a FIFO, not a regular file; give a regular file",
     "directory": "is a directory, not a regular file; give a regular file",
-    "symlink": "is a symlink to /etc/hostname; give the file itself",
+    "symlink": "is a FIFO, not a regular file; give a regular file",
     "huge": "is larger than",
     "latin1": "is not UTF-8 text (byte 18 is 0xe9); fix its encoding",
     "device": "is a character device, not a regular file; give a regular file",
@@ -140,6 +140,13 @@ PROBLEMS = {
 def test_a_data_file_that_is_not_a_small_regular_utf8_file_is_refused(data_files, option, kind):
     message = refusal(**{option: str(data_files[kind])})
     assert PROBLEMS[kind] in message, message
+
+
+def test_a_symlink_to_a_drive_file_is_read_as_that_file(tmp_path):
+    """A user's own link to a data file is theirs to make: what counts is the file the descriptor opened."""
+    link = tmp_path / "mine.toml"
+    link.symlink_to(Path("thresholds/local.toml").resolve())
+    assert resolve_settings({"drive": str(link)}).thresholds.drive == resolve_settings({"drive": "local"}).thresholds.drive
 
 
 def test_a_fifo_layout_plan_is_refused_by_the_suite_at_once(data_files, target):

@@ -3,7 +3,6 @@ one way a data file, packaged or the user's, is read: a bounded read of a regula
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from pathlib import Path
@@ -43,13 +42,11 @@ def resolve(name_or_path: str, directory: str, what: str) -> Path:
 
 
 def read_text_file(path: Path, max_bytes: int) -> str:
-    """The UTF-8 text of the regular file `path`, at most `max_bytes` of it, opened without following a symlink or
-    waiting on a FIFO; ValueError (one line: what the file is and the fix) for anything else."""
+    """The UTF-8 text of the regular file `path` (a user's own symlink to one is followed), at most `max_bytes` of it,
+    judged by what the opened descriptor is, never waiting on a FIFO; ValueError (one line, with the fix) otherwise."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise ValueError(f"is a symlink to {os.readlink(path)}; give the file itself") from None
         raise ValueError(f"cannot be opened ({error.strerror}); give a readable file") from None
     try:
         mode = os.fstat(fd).st_mode
