@@ -183,7 +183,8 @@ def pytest_runtest_call(item):
 
 def test_a_run_that_met_planted_entries_reports_them_and_its_summary_prints_them(tmp_path):
     """A regular file and a symlink planted in the run directory during the run: the record names both (the
-    symlink with what it points to), `ckptqual summary` prints them, and the run's advice cleans up after."""
+    symlink with what it points to), the verdict is INVALID naming the symlink, `ckptqual summary` prints them, and the
+    run's advice cleans up after."""
     target, outside = new_target(tmp_path), outside_with_victims(tmp_path)
     (tmp_path / "plant_entries.py").write_text(textwrap.dedent(PLANT))
     tests = [str(REPO / "tests_qual" / name) for name in ("test_fill.py", "test_restore.py")]
@@ -201,6 +202,9 @@ def test_a_run_that_met_planted_entries_reports_them_and_its_summary_prints_them
         "visitor.txt": "not created by ckptqual",
     }
     assert data["cleanup"]["removed"] is False and "elsewhere is a symlink to" in data["cleanup"]["why"]
+    assert data["verdict"]["overall"] == "INVALID" and done.returncode == 1, data["verdict"]
+    assert f"the run directory was tampered with: {target}/" in data["verdict"]["reasons"][0]
+    assert f"elsewhere is a symlink to {outside}" in data["verdict"]["reasons"][0]
     summary = subprocess.run(
         [sys.executable, "-m", "ckptqual.cli", "summary", str(tmp_path / "r.json")], capture_output=True, text=True
     )

@@ -41,6 +41,7 @@ class Removal:
     removed_bytes: int = 0  # allocated on disk (st_blocks)
     left: tuple[Left, ...] = ()
     errors: tuple[str, ...] = ()  # one line each: operation, path, errno
+    planted: tuple[str, ...] = ()  # one line each: a symlink, FIFO or device planted in the run directory, left alone
     dry_run: bool = False
 
     @property
@@ -60,7 +61,7 @@ class Removal:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        listed = {"left": [*map(asdict, self.left)], "errors": [*self.errors]}
+        listed = {"left": [*map(asdict, self.left)], "errors": [*self.errors], "planted": [*self.planted]}
         return {**asdict(self), "complete": self.complete, "why": self.why, **listed}
 
 
@@ -88,6 +89,7 @@ class _Sweep:
             self.declare(PurePosixPath(group["pattern"]).parts, group["files"])
         self.left: list[Left] = []
         self.errors: list[str] = []
+        self.planted_lines: list[str] = []
         self.removed_files = self.removed_bytes = 0
 
     def declare(self, directory: tuple[str, ...], files: Iterable[str]) -> None:
@@ -109,6 +111,7 @@ class _Sweep:
     def planted(self, rel: PurePosixPath, parent_fd: int) -> bool:
         """Leaves the planted entry `rel` alone and reports it, naming what it is; False (not gone)."""
         planted = PlantedEntry(self.run_dir / rel, what_is(parent_fd, rel.name))
+        self.planted_lines.append(str(planted))
         return self.refuse(rel, str(planted), f"{planted.what}: planted, left alone")
 
     def entries(self, rel: PurePosixPath, fd: int) -> list[os.DirEntry]:
@@ -228,7 +231,8 @@ def remove_owned(
     try:
         tree = RunTree(run_dir, identity)
     except PlantedEntry as planted:
-        return replace(nothing, left=(Left(run_dir.name, str(planted)),), errors=(f"{planted}; nothing removed",))
+        left, lines = (Left(run_dir.name, str(planted)),), (f"{planted}; nothing removed",)
+        return replace(nothing, left=left, errors=lines, planted=lines)
     except OSError as error:
         return _unreadable(nothing, error)
     with tree:
@@ -240,7 +244,8 @@ def remove_owned(
         sweep.sweep(_ROOT, tree.fd)
         if only is None:
             sweep.finish(tree)
-    return Removal(str(run_dir), sweep.removed_files, sweep.removed_bytes, (*sweep.left,), (*sweep.errors,), dry_run)
+    left, errors, planted = (*sweep.left,), (*sweep.errors,), (*sweep.planted_lines,)
+    return Removal(str(run_dir), sweep.removed_files, sweep.removed_bytes, left, errors, planted, dry_run)
 
 
 def _unreadable(nothing: Removal, error: Exception) -> Removal:

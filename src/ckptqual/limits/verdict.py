@@ -162,15 +162,18 @@ def overall_verdict(
     unjudged: Iterable[Limit] = (),
     interruption: str | None = None,
     unmet: Iterable[str] = (),
+    planted: Iterable[str] = (),
 ) -> RunVerdict:
-    """The run's verdict from every test's recorded outcome and message, the limits never judged, an interruption
-    and the reasons of the required parts that did not run (`unmet_requirements`)."""
+    """The run's verdict from every test's recorded outcome and message, the limits never judged, an interruption,
+    the reasons of the required parts that did not run (`unmet_requirements`) and the entries found planted in the
+    run directory (its figures cannot be trusted: INVALID)."""
     by_verdict: dict[Overall, list[str]] = {verdict: [] for verdict in _OVERALL_ORDER}
     for test in tests.values():
         argued = _ARGUES.get(Outcome(test["outcome"]))
         if argued is not None:
             by_verdict[argued].append(test["message"])
     by_verdict[Overall.INCOMPLETE][:0] = [*([interruption] if interruption else []), *unmet]
+    by_verdict[Overall.INVALID] += [f"the run directory was tampered with: {line}" for line in planted]
     skips = sorted({test["message"] for test in tests.values() if test["outcome"] == Outcome.SKIPPED})
     for limit in unjudged:
         why = f"; skipped: {'; '.join(skips)}" if skips else ""

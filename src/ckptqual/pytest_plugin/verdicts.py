@@ -217,6 +217,7 @@ def _drive_verdict(session: pytest.Session, run: DriveRun, interruption: str | N
         unjudged_limits(thresholds.limits, record.data["measurements"]),
         interruption,
         unmet_requirements(thresholds.requires, parts, thresholds.requires_origin),
+        record.data.get("cleanup", {}).get("planted", ()),
     )
     if record.save_error:
         run_verdict = RunVerdict(run_verdict.overall, (*run_verdict.reasons, record.save_error))
