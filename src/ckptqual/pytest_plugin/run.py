@@ -16,6 +16,7 @@ from ckptqual.plan.strategies import layouts
 from ckptqual.pytest_plugin.drives import (
     DRIVE_ARG,
     INDEX,
+    crashed_before,
     drive_run,
     group_by_drive,
     is_worker,
@@ -90,6 +91,8 @@ def qualification(request: pytest.FixtureRequest, ckptqual_drive: str | None) ->
     the next drive's starts. A drive whose target was refused or is too small fails each of its tests with why."""
     config = request.config
     drive = drive_run(config, ckptqual_drive)
+    if (crash := crashed_before(config, drive.label)) is not None:
+        raise RunError(f"not run: {crash}", "not-run")
     record = drive.begin()
     if drive.problem:
         raise RunError(drive.problem, "not-run")
