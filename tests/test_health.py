@@ -5,7 +5,9 @@ against after, with the bytes the drive counted written against the suite's."""
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,6 +176,193 @@ def test_smartctl_that_cannot_read_the_device_gives_its_message():
         assert all(words in why for why in reading.unavailable.values()) and len(reading.unavailable) == 5
 
 
+def mutated(path: Path, change: Callable[[Any], Any]) -> str:
+    """A real capture with one field changed to a shape its tool does not print; `change` returns the new document."""
+    return json.dumps(change(json.loads(path.read_text())))
+
+
+def put(value: Any, *keys: str | int) -> Callable[[Any], Any]:
+    """A change that sets data[keys...] = value."""
+
+    def change(data: Any) -> Any:
+        inner = data
+        for key in keys[:-1]:
+            inner = inner[key]
+        inner[keys[-1]] = value
+        return data
+
+    return change
+
+
+SATA, SAS, SMARTCTL_NVME = "wdc-wd140edfz-sata.json", "seagate-st4000nm0043-sas.json", "intel-ssdpeknw010t8-nvme.json"
+
+
+@pytest.mark.parametrize(
+    ("capture", "kind", "change", "counter", "words", "still_read"),
+    [
+        (
+            SATA,
+            "ata",
+            put(5, "temperature"),
+            "temperature_C",
+            "temperature = 5 (int) where smartctl prints an object",
+            "reallocated_sectors",
+        ),
+        (
+            SATA,
+            "ata",
+            put("hot", "temperature", "current"),
+            "temperature_C",
+            'temperature.current = "hot" (str) where smartctl prints a whole number',
+            "smart_passed",
+        ),
+        (
+            SATA,
+            "ata",
+            put([], "ata_smart_attributes"),
+            "reallocated_sectors",
+            "ata_smart_attributes = [] (list) where smartctl prints an object",
+            "temperature_C",
+        ),
+        (
+            SATA,
+            "ata",
+            put({"id": 5}, "ata_smart_attributes", "table"),
+            "pending_sectors",
+            'ata_smart_attributes.table = {"id": 5} (dict) where smartctl prints a list',
+            "temperature_C",
+        ),
+        (
+            SATA,
+            "ata",
+            put(7, "ata_smart_attributes", "table", 0),
+            "offline_uncorrectable",
+            "ata_smart_attributes.table.0 = 7 (int) where smartctl prints an object",
+            "smart_passed",
+        ),
+        (
+            SAS,
+            "scsi",
+            put(7, "scsi_error_counter_log", "read"),
+            "media_errors",
+            "scsi_error_counter_log.read = 7 (int) where smartctl prints an object",
+            "temperature_C",
+        ),
+        (
+            SAS,
+            "scsi",
+            put([1], "scsi_error_counter_log", "write", "gigabytes_processed"),
+            "scsi_written_bytes",
+            "scsi_error_counter_log.write.gigabytes_processed = [1] (list) where smartctl prints a number",
+            "smart_passed",
+        ),
+        (
+            SMARTCTL_NVME,
+            "nvme",
+            put("many", "nvme_smart_health_information_log", "data_units_written"),
+            "data_units_written",
+            'nvme_smart_health_information_log.data_units_written = "many" (str) where smartctl prints a whole number',
+            "temperature_C",
+        ),
+        (
+            SMARTCTL_NVME,
+            "nvme",
+            put(True, "nvme_smart_health_information_log", "media_errors"),
+            "media_errors",
+            "nvme_smart_health_information_log.media_errors = true (bool) where smartctl prints a whole number",
+            "temperature_C",
+        ),
+    ],
+)
+def test_smartctl_json_of_an_unexpected_shape_makes_its_counters_unavailable_naming_the_field(
+    capture, kind, change, counter, words, still_read
+):
+    reading = Reading("sdx", kind)
+    parse(reading, Output("smartctl --json -a /dev/sdx", mutated(SMARTCTL / capture, change), 0))
+    reading.close()
+    assert counter not in reading.counters
+    assert reading.unavailable[counter] == f"smartctl --json -a /dev/sdx printed {words}"
+    assert still_read in reading.counters  # the rest of the output is still read
+
+
+@pytest.mark.parametrize(
+    ("document", "words"),
+    [
+        ("[1, 2]", "printed the output = [1, 2] (list) where smartctl prints an object"),
+        ('{"smartctl": 3}', "printed smartctl = 3 (int) where smartctl prints an object"),
+        ('{"smartctl": {"exit_status": "2"}}', 'printed smartctl.exit_status = "2" (str) where smartctl prints a'),
+        ('{"smartctl": {"exit_status": 2, "messages": [4]}}', "printed smartctl.messages.0 = 4 (int) where smartctl"),
+    ],
+)
+def test_smartctl_json_that_is_no_report_at_all_is_unavailable_with_the_reason(document, words):
+    reading = Reading("sdx", "ata")
+    parse(reading, Output("smartctl --json -a /dev/sdx", document, 0))
+    reading.close()
+    assert reading.counters == {} and len(reading.unavailable) == 5
+    assert all(why.startswith(f"smartctl --json -a /dev/sdx {words}") for why in reading.unavailable.values())
+
+
+def test_a_real_smartctl_printing_an_unexpected_shape_gives_unavailable_not_an_error(tmp_path):
+    printed = tmp_path / "printed.json"
+    printed.write_text(mutated(SMARTCTL / SATA, put(5, "temperature")))
+    tool = tmp_path / "smartctl"
+    tool.write_text(f"#!/bin/sh\ncat {printed}\n")
+    tool.chmod(0o755)
+    reading = read_device(
+        PhysicalDevice("sdx", "ata"), sys_root=tmp_path, dev_root=Path("/dev"), tools=Tools(smartctl=str(tool))
+    )
+    assert reading.counters["smart_passed"] == 1 and reading.counters["reallocated_sectors"] == 0
+    assert reading.unavailable["temperature_C"] == (
+        "smartctl --json -a /dev/sdx printed temperature = 5 (int) where smartctl prints an object"
+    )
+
+
+@pytest.mark.parametrize(
+    ("capture", "command", "parser", "change", "counter", "words"),
+    [
+        (
+            "seagate-firecuda530-smart-log-v2.11.json",
+            "nvme smart-log /dev/nvme0 -o json",
+            parse_smart_log,
+            put([324], "temperature"),
+            "temperature_C",
+            "temperature = [324] (list)",
+        ),
+        (
+            "seagate-firecuda530-smart-log-v2.11.json",
+            "nvme smart-log /dev/nvme0 -o json",
+            parse_smart_log,
+            put({"value": "x"}, "critical_warning"),
+            "critical_warning",
+            'critical_warning = {"value": "x"} (dict)',
+        ),
+        (
+            "samsung-pm983-id-ctrl.json",
+            "nvme id-ctrl /dev/nvme0 -o json",
+            parse_id_ctrl,
+            put("hot", "wctemp"),
+            "warning_temperature_threshold_C",
+            'wctemp = "hot" (str)',
+        ),
+        (
+            "autoval-ocp-smart-add-log.json",
+            "nvme ocp smart-add-log /dev/nvme0 -o json",
+            parse_ocp,
+            put([1, 2], "Physical media units written"),
+            "physical_media_written_bytes",
+            "Physical media units written = [1, 2] (list)",
+        ),
+    ],
+)
+def test_nvme_cli_fields_of_the_wrong_type_are_unavailable_naming_the_field(
+    capture, command, parser, change, counter, words
+):
+    reading = Reading("nvme0n1", "nvme")
+    parser(reading, Output(command, mutated(NVME_CLI / capture, change), 0))
+    assert counter not in reading.counters and reading.counters  # the other fields are still read
+    assert reading.unavailable[counter] == f"{command} printed {words} where nvme-cli prints a number"
+
+
 # The tools and sysfs
 
 
@@ -210,13 +399,19 @@ def test_a_tool_that_does_not_answer_is_left_and_named():
     assert result.text is None and result.reason == "nvme 30 did not answer within 0.2 s (left running)"
 
 
-def test_a_virtio_disk_is_unavailable_with_the_reason_and_what_smartctl_says():
+@pytest.mark.parametrize("smartctl_on_path", [True, False])
+def test_a_virtio_disk_is_unavailable_with_the_reason_and_what_smartctl_says(smartctl_on_path, tmp_path, monkeypatch):
+    if not smartctl_on_path:
+        monkeypatch.setenv("PATH", str(tmp_path))  # a machine without smartmontools
+    elif shutil.which("smartctl") is None:
+        pytest.skip("smartctl is not installed (apt-get install smartmontools)")
     (vda,) = device("virtio", "254:0")
     reading = read_device(vda, sys_root=TREES / "virtio" / "sys", dev_root=Path("/dev"), tools=Tools.find())
     assert set(reading.unavailable) == {"critical_warning", "temperature_C", "media_errors", "data_units_written"}
+    said = "smartctl --json -a /dev/vda" if smartctl_on_path else "smartctl is not installed (apt-get install smartm"
     for why in reading.unavailable.values():
-        assert why.startswith("vda is a virtio disk: the hypervisor gives the guest no SMART or health log")
-        assert ("smartctl" in why) == (shutil.which("smartctl") is not None)
+        assert why.startswith("vda is a virtio disk: the hypervisor gives the guest no SMART or health log; ")
+        assert said in why
     assert "block_layer_written_bytes" in reading.counters
 
 

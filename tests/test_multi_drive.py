@@ -160,7 +160,9 @@ def test_pytest_benchmark_is_off_under_xdist_and_ckptqual_compare_takes_the_driv
     assert re.search(r"pass1 .*pass2 .*restore", " ".join(done.stdout.split())), done.stdout
 
 
-def two_drives_live(tmp_path: Path, own_group: bool = False) -> tuple[LiveSuite, Path, list[Path]]:
+def two_drives_live(
+    tmp_path: Path, own_group: bool = False, env: dict[str, str] | None = None, plugins: tuple[str, ...] = ()
+) -> tuple[LiveSuite, Path, list[Path]]:
     """Two directory targets qualified under -n 2 in the background, 8 checkpoints per pass (time to act in pass
     1): the run, its output folder and the targets."""
     out = empty_target(tmp_path, "out")
@@ -170,15 +172,16 @@ def two_drives_live(tmp_path: Path, own_group: bool = False) -> tuple[LiveSuite,
     small = [*SMALL[:-3], "8", *SMALL[-2:]]
     suite = LiveSuite(
         out / "log", *small, "-n", "2", "--drive", str(drive), *arguments, "--junitxml", str(out / "q.xml"),
-        "--results", str(out / "q.json"), tests=TESTS, own_group=own_group,
+        "--results", str(out / "q.json"), *plugins, tests=TESTS, own_group=own_group, env=env,
     )  # fmt: skip
     return suite, out, targets
 
 
 def test_a_drive_whose_worker_crashes_is_not_qualified_and_its_results_file_says_why(tmp_path):
     """A worker killed mid-pass (as the OOM killer does): xdist runs the drive's other tests on a new worker, which
-    qualifies the drive again from the start; the gate, the drive's JUnit case and its results file still say that
-    the drive was not qualified in one run, and why. The other drive is judged as usual."""
+    fails them as not run (qualifying the drive again would overwrite what the dead worker measured); the gate, the
+    drive's JUnit case and its results file still say that the drive was not qualified in one run, and why. The
+    other drive is judged as usual."""
     suite, out, targets = two_drives_live(tmp_path)
     suite.wait_for("[first] ckptqual: pass 1 checkpoint 1/8")
     (run_dir,) = targets[0].glob("ckptqual-run-*")  # ckptqual-run-DATE-TIME-PID-ID: the PID of the worker
@@ -211,8 +214,41 @@ def test_a_drive_whose_worker_crashes_is_not_qualified_and_its_results_file_says
         time.sleep(0.2)
     assert not [pid for pid in ranks if Path(f"/proc/{pid}").exists()]  # the killed worker's ranks ended too
     left = sorted(path.name for path in targets[0].iterdir())
-    assert left == [".ckptqual-target", run_dir.name]  # the killed run's, for `ckptqual clean`
+    assert left == [".ckptqual-lock", ".ckptqual-target", run_dir.name]  # the killed run's, for `ckptqual clean`
     assert list(targets[1].iterdir()) == []
+
+
+DIE_IN_TEARDOWN = """
+import os, signal, pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    if item.name == "test_restore[first]" and not os.path.exists(os.environ["DIED"]):
+        open(os.environ["DIED"], "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)  # the worker dies in the teardown of its drive's last test, once
+"""
+
+
+def test_a_worker_killed_in_teardown_leaves_its_measurements_in_the_drives_results_and_the_row_agrees(tmp_path):
+    """The replacement worker does not qualify the drive again (that would overwrite the dead worker's results
+    file): the file keeps every checkpoint the dead worker recorded, and its row, the index and the JUnit agree."""
+    (tmp_path / "die_in_teardown.py").write_text(DIE_IN_TEARDOWN)
+    env = {"PYTHONPATH": str(tmp_path), "DIED": str(tmp_path / "died")}
+    suite, out, _ = two_drives_live(tmp_path, env=env, plugins=("-p", "die_in_teardown"))
+    assert suite.finish() == 1, suite.output()[-4000:]
+    assert "replacing crashed worker" in suite.output()
+    first = results(out / "q.first.json")
+    assert len(first["checkpoints"]) == 16, first["checkpoints"]  # 2 passes of 8, as the dead worker wrote them
+    assert {test["subject"]: test["outcome"] for test in first["tests"].values()}["pass 2"] == "PASS"
+    assert first["verdict"]["overall"] == "INCOMPLETE" and "crashed while running" in first["verdict"]["reasons"][0]
+    index = results(out / "q.json")
+    assert index["drives"]["first"]["verdict"] == first["verdict"]
+    assert index["drives"]["first"]["outcomes"]["pass 2"] == "PASS"
+    cases = junit_cases(out / "q.xml")
+    assert cases["test_fill_pass[first-2]"]["outcome"] == "passed"
+    assert cases["verdict[first]"]["outcome"] == "failure"
+    assert first["verdict"]["reasons"][0] in cases["verdict[first]"]["message"]
+    assert results(out / "q.second.json")["verdict"]["overall"] != "INCOMPLETE"
 
 
 def test_ctrl_c_of_a_parallel_run_leaves_every_drive_incomplete_in_its_own_results_and_the_targets_clean(tmp_path):

@@ -5,6 +5,7 @@ import json
 import multiprocessing
 import os
 import pickle
+import re
 import signal
 import socket
 import subprocess
@@ -488,6 +489,112 @@ def test_two_processes_never_hold_a_target_at_once(tmpfs, tmp_path):
     codes = [loop.wait(timeout=300) for loop in loops]
     assert codes == [0, 0, 0]
     assert list(point.iterdir()) == []
+
+
+def nested_refusal(target: Path, relation: str, other: Path, pid: int) -> str:
+    """The refusal of `target` while PID `pid` runs on `other`, as a regular expression."""
+    target_text, other_text = re.escape(str(target)), re.escape(str(other))
+    return (
+        rf"^target {target_text} {relation} target {other_text}, which another ckptqual run is using "
+        rf"\(PID {pid} on host {socket.gethostname()}, since .*\); runs on nested directories would measure each "
+        r"other: wait for it to finish, or give a directory outside it$"
+    )
+
+
+def test_a_target_inside_a_held_target_is_refused_before_anything_is_written(tmp_path, child_runs):
+    inner = tmp_path / "lost+found"  # tolerated in a target: an empty directory anyone may point a run at
+    inner.mkdir()
+    child = start_child(child_runs, tmp_path)
+    expected = nested_refusal(inner, "is inside", tmp_path, child.pid)
+    assert re.match(expected, check_target(inner)[0])
+    with pytest.raises(TargetError, match=expected):
+        open_target(inner)
+    assert list(inner.iterdir()) == []
+    child.finish()
+    open_target(inner).cleanup()
+
+
+def test_a_target_that_holds_a_held_target_is_refused_before_anything_is_written(tmp_path, child_runs):
+    inner = tmp_path / "lost+found"
+    inner.mkdir()
+    child = start_child(child_runs, inner)
+    expected = nested_refusal(tmp_path, "holds", inner, child.pid)
+    before = tree(tmp_path)
+    assert re.match(expected, check_target(tmp_path)[0])
+    with pytest.raises(TargetError, match=expected):
+        open_target(tmp_path)
+    assert tree(tmp_path) == before
+    child.finish()
+    open_target(tmp_path).cleanup()
+
+
+# A run that starts when a line arrives on stdin, says whether it holds its target, and holds it until the next line.
+START_ON_CUE = r"""
+import sys
+from pathlib import Path
+from ckptqual.host.target import TargetError, open_target
+sys.stdin.readline()
+try:
+    target = open_target(Path(sys.argv[1]))
+except TargetError as error:
+    print("refused:", error, flush=True)
+    sys.exit(0)
+print("held", flush=True)
+sys.stdin.readline()
+target.cleanup()
+"""
+
+
+def test_runs_starting_at_once_on_nested_targets_never_run_together(loop_ext4):
+    point = loop_ext4("64M")
+    for _ in range(5):
+        starts = [
+            subprocess.Popen(
+                [sys.executable, "-c", START_ON_CUE, str(target)],
+                stdin=subprocess.PIPE,
+                text=True,
+                stdout=subprocess.PIPE,
+            )
+            for target in (point, point / "lost+found")  # a fresh ext4's own lost+found, tolerated in its root
+        ]
+        for start in starts:  # both started, both importing: the cue reaches them within a moment
+            start.stdin.write("\n")
+            start.stdin.flush()
+        said = [start.stdout.readline().strip() for start in starts]
+        assert said.count("held") <= 1, said
+        assert all(line == "held" or "which another ckptqual run is using" in line for line in said), said
+        for start in starts:
+            start.communicate("\n", timeout=60)
+    assert [entry.name for entry in point.iterdir()] == ["lost+found"]
+    assert list((point / "lost+found").iterdir()) == []
+
+
+@pytest.mark.parametrize("name", [LOCK_FILE, TARGET_MARKER])
+def test_a_lock_file_or_marker_planted_as_a_symlink_is_refused_and_its_victim_untouched(tmp_path, name):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone else's data")
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / name).symlink_to(victim)
+    expected = (
+        f"target {target} holds 1 entry ckptqual did not create ({name} -> {victim}); give an empty directory "
+        "(nothing will be deleted here)"
+    )
+    assert check_target(target) == [expected]
+    with pytest.raises(TargetError, match=f"^{re.escape(expected)}$"):
+        open_target(target)
+    assert victim.read_text() == "someone else's data" and (target / name).readlink() == victim
+    assert [entry.name for entry in target.iterdir()] == [name]
+
+
+def test_a_lock_file_planted_as_a_fifo_is_refused_without_waiting_on_it(tmp_path):
+    os.mkfifo(tmp_path / LOCK_FILE)
+    assert check_target(tmp_path) == [
+        f"target {tmp_path} holds 1 entry ckptqual did not create ({LOCK_FILE}); give an empty directory "
+        "(nothing will be deleted here)"
+    ]
+    with pytest.raises(TargetError, match="ckptqual did not create"):
+        open_target(tmp_path)
 
 
 @pytest.mark.parametrize(

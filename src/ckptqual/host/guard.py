@@ -82,13 +82,26 @@ def has_run_dir(target: Path) -> bool:
 
 
 def foreign_entries(target: Path) -> list[str]:
-    """The names in `target` that are not ckptqual's."""
-    ours = (TARGET_MARKER, LOCK_FILE, _TOLERATED)
-    return sorted(entry.name for entry in target.iterdir() if entry.name not in ours and not is_run_dir(entry))
+    """The names in `target` that are not ckptqual's (its marker or lock file planted as a symlink, a FIFO, ... is
+    not)."""
+    return sorted(entry.name for entry in target.iterdir() if not _is_ours(entry))
+
+
+def _is_ours(entry: Path) -> bool:
+    if entry.name in (TARGET_MARKER, LOCK_FILE):
+        return stat.S_ISREG(entry.lstat().st_mode)
+    return entry.name == _TOLERATED or is_run_dir(entry)
+
+
+def _shown(target: Path, name: str) -> str:
+    """The name, and where it points for a symlink ("x -> /victim")."""
+    with suppress(OSError):
+        return f"{name} -> {os.readlink(target / name)}"
+    return name
 
 
 def foreign_message(target: Path, foreign: Sequence[str]) -> str:
-    shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+    shown = ", ".join(_shown(target, name) for name in foreign[:5]) + (" ..." if len(foreign) > 5 else "")
     return (
         f"target {target} holds {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} ckptqual did not "
         f"create ({shown}); give an empty directory (nothing will be deleted here)"

@@ -1,6 +1,11 @@
 """One run (or one `ckptqual clean`) per target: an exclusive POSIX lock on the target's `.ckptqual-lock`, which
 records its holder. A process holding it must not open that file other than through this module: closing any
-descriptor of a file drops every POSIX lock the process holds on it."""
+descriptor of a file drops every POSIX lock the process holds on it.
+
+Nested targets: runs on a directory and one inside it would measure each other. A run first takes its own target's
+lock, then probes (never creates) the lock file of every directory above its target and of every directory below
+it, and gives its lock up if any is held. Of two runs starting at once on nested targets, the later to take its own
+lock sees the other's: at most one goes on (both may be refused; neither ever runs beside the other)."""
 
 from __future__ import annotations
 
@@ -9,12 +14,15 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import struct
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ckptqual.host.beneath import what_is
 from ckptqual.host.guard import LOCK_FILE, TargetError, error_line, failure
 
 _FLOCK = "hhqqi4x"  # struct flock on 64-bit Linux: type, whence, start, len, pid
@@ -73,9 +81,14 @@ def acquire(target: Path, holder: dict[str, Any]) -> Lock:
     path = target / LOCK_FILE
     for _ in range(_TRIES):
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
         except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise TargetError(planted_message(target)) from None
             raise failure("create", path, error) from error
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise TargetError(planted_message(target))
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
@@ -85,7 +98,7 @@ def acquire(target: Path, holder: dict[str, Any]) -> Lock:
                 raise TargetError(in_use_message(target, holder_now)) from None
             raise failure("lock", path, error) from error
         if _names(path, fd):
-            return _record(Lock(path, fd, key, holder))
+            return _alone_in_tree(_record(Lock(path, fd, key, holder)), target)
         os.close(fd)  # the holder unlinked it between our open and our lock: that lock guards nothing
     raise TargetError(f"lock {path}: the file keeps being replaced; stop whatever removes it and try again")
 
@@ -102,6 +115,53 @@ def _record(lock: Lock) -> Lock:
     return lock
 
 
+def _alone_in_tree(lock: Lock, target: Path) -> Lock:
+    """The lock, once no run holds a target above or below `target`; else released, and TargetError names that run."""
+    if (problem := nested_problem(target)) is not None:
+        lock.release()
+        raise TargetError(problem)
+    return lock
+
+
+def nested_problem(target: Path) -> str | None:
+    """The run that holds a target above or below `target`, in one line; None when there is none. Reads only."""
+    real = target.resolve()
+    for above in real.parents:
+        if (holder := live_holder(above)) is not None:
+            return f"target {real} is inside target {above}, {_nested_fix(holder)}"
+    for below in _lock_files_below(real):
+        if (holder := live_holder(below)) is not None:
+            return f"target {real} holds target {below}, {_nested_fix(holder)}"
+    return None
+
+
+def _nested_fix(holder: dict[str, Any]) -> str:
+    return (
+        f"which another ckptqual run is using ({describe_holder(holder)}); runs on nested directories would measure "
+        "each other: wait for it to finish, or give a directory outside it"
+    )
+
+
+def _lock_files_below(target: Path) -> Iterator[Path]:
+    """Every directory under `target` (symlinks not followed) that holds a lock file."""
+    for directory, _, files in os.walk(target, followlinks=False):
+        if LOCK_FILE in files and directory != str(target):
+            yield Path(directory)
+
+
+def planted_message(target: Path) -> str:
+    """'target /mnt/x: /mnt/x/.ckptqual-lock is a symlink to /victim: ...' for a lock file ckptqual did not make."""
+    fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        what = what_is(fd, LOCK_FILE)
+    finally:
+        os.close(fd)
+    return (
+        f"target {target}: {target / LOCK_FILE} {what}: an entry ckptqual did not create, left alone; remove it, "
+        "or give an empty directory"
+    )
+
+
 def state(target: Path) -> tuple[bool, dict[str, Any]] | None:
     """(whether a live run holds it, its holder record) of `target`'s lock file; None when it has none."""
     try:
@@ -113,8 +173,11 @@ def state(target: Path) -> tuple[bool, dict[str, Any]] | None:
     path = target / LOCK_FILE
     for _ in range(_TRIES):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
+            return None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device in its place holds no lock
+            os.close(fd)
             return None
         try:
             if (locked := _is_locked(fd)) or _names(path, fd):

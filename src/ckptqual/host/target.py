@@ -34,7 +34,15 @@ from ckptqual.host.leftovers import clean_target as clean_target
 from ckptqual.host.leftovers import describe_leftovers as describe_leftovers
 from ckptqual.host.leftovers import format_age as format_age
 from ckptqual.host.leftovers import format_bytes as format_bytes
-from ckptqual.host.lock import Lock, acquire, holder_record, in_use_message, live_holder, unlink_lock_file
+from ckptqual.host.lock import (
+    Lock,
+    acquire,
+    holder_record,
+    in_use_message,
+    live_holder,
+    nested_problem,
+    unlink_lock_file,
+)
 from ckptqual.host.lock import describe_holder as describe_holder
 from ckptqual.host.manifest import add_group, new_manifest, write_json_atomically
 from ckptqual.host.manifest import write_file_list as write_file_list
@@ -152,7 +160,7 @@ def _unlocked_problem(path: Path) -> str | None:
     if (problem := guard.usable_problem(path)) is not None:
         return problem
     holder = live_holder(path.resolve())
-    return None if holder is None else in_use_message(path.resolve(), holder)
+    return nested_problem(path) if holder is None else in_use_message(path.resolve(), holder)
 
 
 def _quietly(function: Callable[[Path], Any], path: Path) -> None:

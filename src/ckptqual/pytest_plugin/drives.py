@@ -29,7 +29,7 @@ INDEX = pytest.StashKey[dict[str, Any]]()  # the index of a run over several dri
 _ROWS = pytest.StashKey[dict[str, dict[str, Any]]]()  # each drive's row, as the workers sent them
 _SELECTED = pytest.StashKey[set[str]]()  # the drives whose tests some worker had selected
 _CRASHES = pytest.StashKey[dict[str, str]]()  # why a drive's verdict cannot stand: its worker died in one of its tests
-_ROWS_KEY, _SELECTED_KEY = "ckptqual_drives", "ckptqual_selected"
+_ROWS_KEY, _SELECTED_KEY, _CRASHED_KEY = "ckptqual_drives", "ckptqual_selected", "ckptqual_crashed"
 _ORDER = pytest.StashKey[int]()  # a test's place in the collection
 _COLLECTED = pytest.StashKey[int]()
 
@@ -161,7 +161,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any) -> None:
     """Notes the drive whose worker died while running `crashitem` (killed, out of memory): xdist runs the drive's
-    remaining tests on a new worker, which starts the drive's qualification again, so no verdict of it can stand."""
+    remaining tests on a new worker, which fails them as not run (see crashed_before): no verdict of it can stand."""
     label = drive_of(crashitem, sched.config)
     if label is None:
         return
@@ -172,6 +172,18 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
         f"so the drive was not qualified in one run; remove what it left with `ckptqual clean {target}` and qualify "
         f"the drive again"
     )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Tells each worker as it starts (one replacing a crashed worker too) whose drives' workers crashed."""
+    node.workerinput[_CRASHED_KEY] = dict(node.config.stash.get(_CRASHES, {}))
+
+
+def crashed_before(config: pytest.Config, label: str | None) -> str | None:
+    """Why this worker must not qualify the drive again: a worker before it died in one of the drive's tests, and a
+    new qualification would overwrite the results file that holds what the dead worker measured."""
+    return getattr(config, "workerinput", {}).get(_CRASHED_KEY, {}).get(label)
 
 
 @pytest.hookimpl(optionalhook=True)

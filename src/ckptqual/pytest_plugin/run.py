@@ -17,6 +17,7 @@ from ckptqual.plan.strategies import layouts
 from ckptqual.pytest_plugin.drives import (
     DRIVE_ARG,
     INDEX,
+    crashed_before,
     drive_run,
     group_by_drive,
     is_worker,
@@ -95,10 +96,13 @@ def qualification(request: pytest.FixtureRequest, ckptqual_drive: str | None) ->
     the next drive's starts. A drive whose target was refused or is too small fails each of its tests with why."""
     config = request.config
     drive = drive_run(config, ckptqual_drive)
+    if (crash := crashed_before(config, drive.label)) is not None:
+        raise RunError(f"not run: {crash}", "not-run")
     record = drive.begin()
     if drive.problem:
         raise RunError(drive.problem, "not-run")
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    interrupts = Interrupts()
+    previous = {signum: signal.signal(signum, interrupts) for signum in Interrupts.SIGNALS}
     try:
         run = drive.settings
         live = redraw(config) if drive.label is None else None  # one live line, not one per drive
@@ -109,12 +113,25 @@ def qualification(request: pytest.FixtureRequest, ckptqual_drive: str | None) ->
         finally:
             qual.close()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if interrupts.first is None:  # once interrupted, the rest of the session stops the run and must not be cut
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
-def _terminate(signum: int, frame: object) -> None:
-    """SIGTERM stops the run as Ctrl-C does: ranks stopped, partial files removed, reports written."""
-    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+class Interrupts:
+    """SIGINT and SIGTERM while a drive is qualified: the first stops the run as Ctrl-C does (ranks stopped, partial
+    files removed, reports written); a later one, while that goes on, is ignored: stopping is never cut short."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.first is not None:
+            return
+        self.first = signal.Signals(signum).name
+        raise KeyboardInterrupt() if signum == signal.SIGINT else KeyboardInterrupt(f"signal {self.first}")
 
 
 def say(config: pytest.Config, label: str | None = None) -> Callable[[str], None]:

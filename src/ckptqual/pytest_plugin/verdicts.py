@@ -30,7 +30,7 @@ from ckptqual.limits.verdict import (
     unjudged_limits,
     unmet_requirements,
 )
-from ckptqual.pytest_plugin.drives import INDEX, gathered_rows, is_worker, selected_runs, send_rows
+from ckptqual.pytest_plugin.drives import INDEX, crashed_before, gathered_rows, is_worker, selected_runs, send_rows
 from ckptqual.pytest_plugin.options import DRIVE, DriveRun, resolved_runs
 from ckptqual.pytest_plugin.run import SUBJECT
 from ckptqual.pytest_plugin.selection import part_runs
@@ -146,10 +146,11 @@ def pytest_runtest_makereport(
     drive = item.stash.get(DRIVE, None)
     if drive is None or SUBJECT not in item.stash:
         return report
-    record = drive.begin()
+    record = drive.begin() if crashed_before(item.config, drive.label) is None else None  # the dead worker's stands
     if report.when == "call" or not report.passed:
         outcome, message = _test_outcome(item, report, call)
-        record.record_test(report.nodeid, item.stash[SUBJECT], outcome, message, report.when)
+        if record is not None:
+            record.record_test(report.nodeid, item.stash[SUBJECT], outcome, message, report.when)
         concluded = report.when == "call" and _CONCLUSION in item.stash
         if concluded or (call.excinfo is not None and isinstance(call.excinfo.value, RunError)):
             report.longrepr = message  # a verdict or an expected fault: one line with what, where and why

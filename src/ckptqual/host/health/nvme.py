@@ -60,7 +60,7 @@ def parse_smart_log(reading: Reading, output: Output) -> None:
             continue
         value = _integer(data.get(key), key)
         if value is None:
-            reading.missing(name, f"{output.command} gave no {key} (keys: {', '.join(sorted(data)) or 'none'})")
+            reading.missing(name, _not_a_counter(output, data, key))
         else:
             reading.put(name, value - KELVIN if key == "temperature" else value, output.command)
 
@@ -71,8 +71,12 @@ def parse_id_ctrl(reading: Reading, output: Output) -> None:
         value = _integer(data.get(key), key) if data is not None else None
         if value:  # 0 means the drive reports no such threshold
             reading.put(name, value - KELVIN, output.command)
+        elif data is None:
+            reading.missing(name, why)
         else:
-            reading.missing(name, why if data is None else f"{output.command} reports {key} = {value}")
+            reading.missing(
+                name, f"{output.command} reports {key} = 0" if value == 0 else _not_a_counter(output, data, key)
+            )
 
 
 def parse_ocp(reading: Reading, output: Output) -> None:
@@ -88,7 +92,17 @@ def parse_ocp(reading: Reading, output: Output) -> None:
         if isinstance(value, int) and not isinstance(value, bool):
             reading.put(name, value, output.command)
         else:
-            reading.missing(name, f"{output.command} gave no {keys[0]!r}")
+            present = next((key for key in keys if key in data), None)
+            why = _not_a_counter(output, data, present) if present else f"{output.command} gave no {keys[0]!r}"
+            reading.missing(name, why)
+
+
+def _not_a_counter(output: Output, data: dict[str, Any], key: str) -> str:
+    """Why `key` of nvme-cli's JSON gave no counter: absent (naming the keys there), or of another shape."""
+    if key not in data:
+        return f"{output.command} gave no {key} (keys: {', '.join(sorted(data)) or 'none'})"
+    shown = json.dumps(data[key])[:40]
+    return f"{output.command} printed {key} = {shown} ({type(data[key]).__name__}) where nvme-cli prints a number"
 
 
 def _json(output: Output) -> tuple[dict[str, Any] | None, str]:

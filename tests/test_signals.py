@@ -1,0 +1,41 @@
+"""Signals to a running qualification, as a user or a batch system sends them: a second one while the first is still
+stopping the run changes nothing. Read as a CI gate reads it: the exit code, the JUnit XML and the results JSON."""
+
+import signal
+import time
+import xml.etree.ElementTree as ElementTree
+
+import pytest
+
+from suite_runs import SMALL, LiveSuite, junit_cases, results
+
+
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT-twice", "SIGINT-then-SIGTERM"])
+def test_a_second_signal_while_the_first_stops_the_run_is_ignored(tmp_path, second):
+    target = tmp_path / "target"
+    target.mkdir()
+    reports = ["--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
+    suite = LiveSuite(tmp_path / "run.log", *SMALL, "--checkpoints-per-pass", "20", "--target", str(target), *reports)
+    suite.wait_for("ckptqual: pass 2 checkpoint 2/20")  # pass 2 removes a checkpoint before each one it writes
+    suite.process.send_signal(signal.SIGINT)
+    time.sleep(0.2)  # a user's second Ctrl-C, or the batch system's SIGTERM, while the run is stopping
+    suite.process.send_signal(second)
+    assert suite.finish() == 2, suite.output()[-3000:]  # pytest's "interrupted", as with one signal
+    output = suite.output()
+    assert "Traceback" not in output, output[-3000:]
+    assert (
+        output.rstrip()
+        .splitlines()[-1]
+        .startswith("ckptqual verdict: INCOMPLETE: the run was interrupted by SIGINT (Ctrl-C) during ")
+    )
+    assert all(case.get("name") for case in ElementTree.parse(tmp_path / "q.xml").iter("testcase"))
+    cases = junit_cases(tmp_path / "q.xml")
+    assert cases["test_fill_pass[1]"]["outcome"] == "passed"
+    assert cases["test_fill_pass[2]"]["outcome"] == "error"
+    assert "pass 2 INTERRUPTED: the run was interrupted by SIGINT (Ctrl-C)" in cases["test_fill_pass[2]"]["message"]
+    assert cases["verdict"]["outcome"] == "failure" and "INCOMPLETE" in cases["verdict"]["message"]
+    data = results(tmp_path / "r.json")
+    assert data["verdict"]["overall"] == "INCOMPLETE"
+    assert data["verdict"]["reasons"][0].startswith("the run was interrupted by SIGINT (Ctrl-C) during ")
+    assert data["checkpoints"] and data["cleanup"]["removed"] is True
+    assert list(target.iterdir()) == []
