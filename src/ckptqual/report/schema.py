@@ -57,6 +57,18 @@ RANK = record(
 )
 RANKS = array(RANK, minItems=1)
 SUBJECT = {**STRING, "pattern": r"^(?!pass )|^pass [0-9]+$"}  # "pass N" is a fill pass; the readers sort by N
+# What the block devices under the target moved during one timed region, against what the suite moved.
+DEVICE = record(
+    {
+        "direction": STRING,
+        "suite_bytes": NUMBER,
+        "device_bytes": nullable(NUMBER),
+        "devices": array(STRING),
+        "not_countable": OPTIONAL_TEXT,
+        "layer_below": array(STRING),
+    },
+    ("direction", "suite_bytes", "device_bytes", "devices", "not_countable", "layer_below"),
+)
 
 SETTINGS = record({"scale": NUMBER, "thresholds_file": STRING, "workload": SCALAR, "sources": OBJECT})
 BASELINE = record(
@@ -66,6 +78,7 @@ BASELINE = record(
         "raw_write_GBps": NUMBER,
         "raw_read_GBps": NUMBER,
         "host": mapping(array(record({**HOST_FIGURES, "cpu_s_per_GB": NUMBER}, ("cpu_s_per_GB",)))),
+        "device": mapping(array(DEVICE)),
     },
     ("write_GBps", "read_GBps", "raw_write_GBps", "raw_read_GBps"),
 )
@@ -85,7 +98,15 @@ PASS = record(
     when({"ended_early": {"const": True}}, {"required": ["checkpoints_planned"]}),
 )
 CHECKPOINT = record(
-    {"pass_number": INTEGER, "checkpoint": SCALAR, "seconds": NUMBER, "GBps": NUMBER, "ranks": RANKS, **HOST_FIGURES},
+    {
+        "pass_number": INTEGER,
+        "checkpoint": SCALAR,
+        "seconds": NUMBER,
+        "GBps": NUMBER,
+        "ranks": RANKS,
+        "device": DEVICE,
+        **HOST_FIGURES,
+    },
     ("pass_number", "checkpoint", "seconds", "GBps", "ranks"),
 )
 RESTORE = record(
@@ -96,6 +117,7 @@ RESTORE = record(
         "GBps": NUMBER,
         "cached_fraction_before": NUMBER,
         "ranks": RANKS,
+        "device": DEVICE,
         **HOST_FIGURES,
     },
     ("checkpoint", "bytes", "seconds", "GBps", "cached_fraction_before", "ranks"),
@@ -120,6 +142,7 @@ CELL = record(
         "outcome": STRING,
         "GiBps": NUMBER,
         "settings": OBJECT,
+        "device": DEVICE,
         **HOST_FIGURES,
     },
     ("id", "transfer", "block_size", "block_bytes", "threads"),
@@ -190,7 +213,9 @@ MEASUREMENT = record(
 LIMIT = record({"unit": STRING, "where": nullable(OBJECT), "min": SCALAR, "max": SCALAR}, ("measurement", "unit"))
 TEST = record({"subject": SUBJECT, "outcome": STRING}, ("subject", "outcome", "message"))
 VERDICT = record({"overall": STRING, "reasons": array(STRING)}, ("overall", "reasons"))
-CLEANUP = record({"removed": BOOLEAN, "errors": array(STRING)}, ("removed",))
+CLEANUP = record(
+    {"removed": BOOLEAN, "errors": array(STRING), "planted": array(STRING), "why": OPTIONAL_TEXT}, ("removed",)
+)
 LEFT = array(record({}, ("path", "why")))
 
 RUN = record(
