@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ckptqual.faults import RunError
 from ckptqual.host import cache
+from ckptqual.host.beneath import RunTree
 from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.runs import raw
 from ckptqual.runs.ranks import CheckpointTiming, Pool
@@ -54,10 +55,15 @@ class Baseline:
 
 
 def measure_baseline(
-    pool: Pool, directory: Path, total_bytes: int, remove: Callable[[Path, str], None], repeats: int = 3
+    pool: Pool,
+    tree: RunTree,
+    directory: Path,
+    total_bytes: int,
+    remove: Callable[[Path, str], None],
+    repeats: int = 3,
 ) -> Baseline:
-    """Writes then cold-reads `total_bytes` split over the ranks, `repeats` times; `remove(directory, what)`
-    removes its files after each round."""
+    """Writes then cold-reads `total_bytes` split over the ranks in `directory` (in `tree`), `repeats` times;
+    `remove(directory, what)` removes its files after each round."""
     per_rank = -(-total_bytes // pool.ranks)
     baseline = Baseline(per_rank * pool.ranks)
     options = {"bytes_per_rank": per_rank}
@@ -67,7 +73,7 @@ def measure_baseline(
             baseline.write_GBps.append(written.bytes / written.seconds / 1e9)
             baseline.host["write"].append(_host(written))
             files = [raw.raw_path(directory, rank) for rank in range(pool.ranks)]
-            baseline.cached_before_read.append(cache.evict_all(files))
+            baseline.cached_before_read.append(cache.evict_all(tree, files))
             read = pool.run("raw-read", directory, None, f"raw read {round_number + 1}", options=options)
             baseline.read_GBps.append(read.bytes / read.seconds / 1e9)
             baseline.host["read"].append(_host(read))

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ckptqual.faults import RunError
+from ckptqual.host.beneath import RunTree
 from ckptqual.limits.limits import MIN_JUDGED_BYTES
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.runs.ranks import Pool
@@ -79,7 +80,10 @@ class LayoutResult:
 
 
 class LayoutSpace(Protocol):
-    """Where layouts are written: the run records a directory's files before writing them, and removes only those."""
+    """Where layouts are written: the run records a directory's files before writing them, and removes only those;
+    `tree` reaches them (the run directory)."""
+
+    tree: RunTree
 
     def own(self, directory: Path, files: list[str]) -> None: ...
 
@@ -109,7 +113,7 @@ def run_layout(
             )
             times[number] = written.seconds
         space.remove(directories[0], f"removing {names[0]}")
-        evict_checkpoint(directories[1], odd)
+        evict_checkpoint(space.tree, directories[1], odd)
         read = pool.run(
             "read", directories[1], odd.ranks, f"read-back of layout {example}", checkpoint + 1, {"engine": engine}
         )
