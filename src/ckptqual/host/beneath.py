@@ -31,7 +31,7 @@ class PlantedEntry(OSError):
     It is left alone; `what` says what it is (for a symlink, what it points to)."""
 
     def __init__(self, path: Path, what: str) -> None:
-        super().__init__(errno.ELOOP, f"{path} {what}: an entry planted in the run directory, left alone")
+        super().__init__(errno.ELOOP, f"{path} {what}: an entry planted in the run directory, left alone", str(path))
         self.path, self.what = path, what
 
     def __str__(self) -> str:
@@ -123,6 +123,8 @@ class RunTree:
             try:
                 fd = os.open(path.name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=parent)
             except OSError as error:
+                if error.errno == errno.EEXIST and flags & os.O_EXCL and _is_directory(parent, path.name):
+                    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path)) from None
                 if error.errno == errno.ELOOP or (error.errno == errno.EEXIST and flags & os.O_EXCL):
                     raise PlantedEntry(path, what_is(parent, path.name)) from None
                 raise
@@ -185,6 +187,13 @@ def _step(fd: int, name: str, reached: Path, create: bool) -> int:
         if error.errno in (errno.ELOOP, errno.ENOTDIR):
             raise PlantedEntry(reached, what_is(fd, name)) from None
         raise
+
+
+def _is_directory(parent_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def _is_link(parent_fd: int, name: str) -> bool:

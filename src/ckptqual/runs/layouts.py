@@ -80,10 +80,7 @@ class LayoutResult:
 
 
 class LayoutSpace(Protocol):
-    """Where layouts are written: the run records a directory's files before writing them, and removes only those;
-    `tree` reaches them (the run directory)."""
-
-    tree: RunTree
+    """Where layouts are written: the run records a directory's files before writing them, and removes only those."""
 
     def own(self, directory: Path, files: list[str]) -> None: ...
 
@@ -91,9 +88,10 @@ class LayoutSpace(Protocol):
 
 
 def run_layout(
-    pool: Pool, root: Path, plan: CheckpointPlan, engine: str, example: int, space: LayoutSpace
+    pool: Pool, tree: RunTree, root: Path, plan: CheckpointPlan, engine: str, example: int, space: LayoutSpace
 ) -> LayoutResult:
-    """Writes the regular twin and the odd layout, reads the odd one back cold and verifies every byte.
+    """Writes the regular twin and the odd layout in `root` (in `tree`), reads the odd one back cold and verifies every
+    byte.
 
     Raises RankFailure (integrity or I/O) with the file and offset; removes what it wrote either way.
     """
@@ -113,7 +111,7 @@ def run_layout(
             )
             times[number] = written.seconds
         space.remove(directories[0], f"removing {names[0]}")
-        evict_checkpoint(space.tree, directories[1], odd)
+        evict_checkpoint(tree, directories[1], odd)
         read = pool.run(
             "read", directories[1], odd.ranks, f"read-back of layout {example}", checkpoint + 1, {"engine": engine}
         )

@@ -244,7 +244,9 @@ class Qualification:
         """Writes, reads back and verifies one odd layout against its regular twin."""
         entry: dict[str, Any] = {"example": example, "plan": json.loads(dump_plan(plan))}
         try:
-            result = run_layout(self.pool, self.run_dir / "layouts", plan, self.settings.engine, example, self)
+            result = run_layout(
+                self.pool, self.tree, self.run_dir / "layouts", plan, self.settings.engine, example, self
+            )
         except RankFailure as error:
             self.events.layout({**entry, "error": str(error)})
             raise

@@ -132,7 +132,8 @@ class CheckpointTiming:
 @dataclass
 class Task:
     """What every rank does next: an operation of `_OPERATIONS` (or "stop") on its plan in `directory`, which lies in
-    the run directory `root` (without one: in the directory above `directory`); every entry is reached from there."""
+    the run directory `root` (without one: the deepest existing directory above it); every entry is reached from
+    there."""
 
     op: str
     checkpoint: int = 0
@@ -143,7 +144,13 @@ class Task:
     root: RunRoot | None = None
 
     def run_root(self) -> RunRoot:
-        return self.root or RunRoot(str(Path(self.directory).parent))
+        """`root`, or else the deepest directory above `directory` that exists."""
+        if self.root is not None:
+            return self.root
+        above = Path(self.directory).parent
+        while not above.is_dir():
+            above = above.parent
+        return RunRoot(str(above))
 
 
 def directories_to_sync(directory: Path, file_paths: list[str]) -> list[Path]:
@@ -410,7 +417,7 @@ class Pool(ABC):
 class RankPool(Pool):
     """A fixed set of rank processes that write checkpoints on command; `sampler` watches the host meanwhile (its
     device: the drive the ranks write to, where known); `root`: the run directory every task's entries are reached
-    from (without one, each task's from the directory above its own)."""
+    from (without one, each task's from the deepest existing directory above its own)."""
 
     def __init__(
         self,
