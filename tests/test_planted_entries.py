@@ -140,7 +140,9 @@ def planted_run(tmp_path: Path, what: str, before: str, outside: Path) -> tuple[
     target = tmp_path / "target"
     target.mkdir()
     env = {
-        "PYTHONPATH": str(REPO / "tests" / "fault_plugins"),
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(REPO / "tests" / "fault_plugins"), os.environ.get("PYTHONPATH")])
+        ),
         "CKPTQUAL_PLANT": what,
         "CKPTQUAL_PLANT_BEFORE": before,
         "CKPTQUAL_PLANT_OUTSIDE": str(outside),
