@@ -127,7 +127,7 @@ class RunTree:
                     raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path)) from None
                 if error.errno == errno.ELOOP or (error.errno == errno.EEXIST and flags & os.O_EXCL):
                     raise PlantedEntry(path, what_is(parent, path.name)) from None
-                raise
+                raise OSError(error.errno, error.strerror, str(path)) from None  # named in full, not by its last part
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device planted as a file: never read or written
                 os.close(fd)
                 raise PlantedEntry(path, what_is(parent, path.name))
@@ -177,16 +177,16 @@ class RunRoot:
 
 
 def _step(fd: int, name: str, reached: Path, create: bool) -> int:
-    """The handle of the directory `name` in `fd`, made first where `create` and missing."""
-    if create:
-        with suppress(FileExistsError):
-            os.mkdir(name, 0o700, dir_fd=fd)
+    """The handle of the directory `name` in `fd`, made first where `create` and missing; an error names `reached`."""
     try:
+        if create:
+            with suppress(FileExistsError):
+                os.mkdir(name, 0o700, dir_fd=fd)
         return os.open(name, _DIRECTORY, dir_fd=fd)
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENOTDIR):
             raise PlantedEntry(reached, what_is(fd, name)) from None
-        raise
+        raise OSError(error.errno, error.strerror, str(reached)) from None
 
 
 def _is_directory(parent_fd: int, name: str) -> bool:
