@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ckptqual.host import cache
+from ckptqual.host.beneath import RunTree
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -22,7 +23,8 @@ def drop_caches(paths: Iterable[Path]) -> str:
         return "drop_caches"
     except OSError:
         for path in paths:
-            cache.evict(path)
+            with RunTree(path.parent) as tree:
+                cache.evict(tree, path)
         return "posix_fadvise(DONTNEED) per file (not root)"
 
 

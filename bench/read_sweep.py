@@ -82,7 +82,8 @@ class GenericLoop:
 def ckptqual_GiBps(files: SweepFiles, cell: Cell, host: gpu.HostGpu, generic: bool) -> tuple[float, str]:
     """The product's cpu-only engine on one cell from offset 0 of every file; returns GiB/s and the engine."""
     reader = make_reader("cpu-only", host)
-    reader.open(files.paths, read_shape(cell))
+    with files.open_tree() as tree:
+        reader.open(tree, files.paths, read_shape(cell))
     try:
         run = run_cell(GenericLoop(reader) if generic else reader, cell, [0] * cell.jobs, files.file_bytes)
         for job in range(cell.jobs):  # untimed, as the sweep's verify="last"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ckptqual.host.beneath import RunTree
 from ckptqual.host.device_bytes import DeviceBytes, devices_of, devices_under, parse_stat
 from ckptqual.host.gpu import HostGpu
 from ckptqual.limits.cache_served import MIN_DEVICE_SHARE, cache_served_reason
@@ -128,8 +129,8 @@ def _raw_read(mount: Path, evict_below: bool):
         for path in directory.glob("raw-*.bin"):
             path.unlink()
 
-    with RankPool(2, seed=1, timeout_s=300) as pool:
-        return measure_baseline(pool, mount / "run" / "raw", 64 * MB, remove, repeats=1, devices=devices)
+    with RankPool(2, seed=1, timeout_s=300) as pool, RunTree(mount / "run") as tree:
+        return measure_baseline(pool, tree, mount / "run" / "raw", 64 * MB, remove, repeats=1, devices=devices)
 
 
 @needs_losetup

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ckptqual.host.beneath import RunTree
 from ckptqual.io.engines.base import ReadBackError
 from ckptqual.io.engines.torchread import pread_exactly
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
@@ -65,7 +66,8 @@ def written_checkpoints(checkpoint_space, pool, count=2):
 
 
 def read_back(pool, plan, directory, checkpoint):
-    evict_checkpoint(directory, plan)
+    with RunTree(directory.parent) as tree:
+        evict_checkpoint(tree, directory, plan)
     return pool.run(
         "read", directory, plan.ranks, f"restore of checkpoint {checkpoint}", checkpoint, {"engine": "stream"}
     )

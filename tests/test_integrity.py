@@ -176,6 +176,7 @@ def test_a_changed_byte_in_each_small_record_is_named(checkpoint, engine, chunk_
 def test_a_file_of_another_checkpoint_is_named_by_its_serialization_id(tmp_path):
     directory = write_checkpoint(tmp_path, "stream")
     io = RankIO(PayloadGenerator(SEED), rank=RANK, checkpoint=CHECKPOINT - 1)
+    (directory / LAYER.path).unlink()
     make_engine("stream").write(directory / LAYER.path, LAYER, 0, io)  # a stale file under the new name
     message = failure(directory, "stream")
     assert "record archive/.data/serialization_id holds b'00000000000000000004" in message
@@ -186,6 +187,7 @@ def test_a_pickle_of_other_tensors_is_named(tmp_path, engine):
     directory = write_checkpoint(tmp_path, engine)
     renamed = RankPlan(RANK, (FilePlan(LAYER.path, (TensorSpec("tiny", 1, "int8"), *LAYER.tensors[1:])), OPTIMIZER))
     other = FilePlan(LAYER.path, (TensorSpec("other", 1, "int8"), *LAYER.tensors[1:]))
+    (directory / LAYER.path).unlink()
     make_engine(engine).write(directory / LAYER.path, other, 0, RankIO(PayloadGenerator(SEED), RANK, CHECKPOINT))
     message = failure(directory, engine, plan=renamed)
     assert "layer-0.pt: record archive/data.pkl" in message

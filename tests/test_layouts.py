@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
 from ckptqual.config.run_settings import Options, SettingsError, resolve_settings
+from ckptqual.host.beneath import RunTree
 from ckptqual.host.space import RunSpace
 from ckptqual.host.target import open_target
 from ckptqual.limits.limits import MIN_JUDGED_BYTES
@@ -48,8 +49,8 @@ def test_the_regular_twin_has_exactly_the_same_bytes():
 def test_a_layout_is_written_read_back_verified_and_removed(tmp_path):
     space = RunSpace(open_target(tmp_path), timeout_s=120)
     space.target.declare("layouts/layout-*", [], listed=True)
-    with RankPool(4, seed=9, timeout_s=120) as pool:
-        result = run_layout(pool, space.run_dir / "layouts", odd_plan(), "stream", 3, space)
+    with RankPool(4, seed=9, timeout_s=120) as pool, RunTree(space.run_dir) as tree:
+        result = run_layout(pool, tree, space.run_dir / "layouts", odd_plan(), "stream", 3, space)
     assert result.bytes == odd_plan().total_bytes >= MIN_JUDGED_BYTES and result.judged
     assert result.files == 7 and result.ratio == pytest.approx(result.regular_seconds / result.odd_seconds)
     assert space.left == [] and list((space.run_dir / "layouts").iterdir()) == []

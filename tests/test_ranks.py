@@ -83,7 +83,7 @@ def test_a_rank_error_names_the_rank_and_the_cause(tmp_path):
     with RankPool(2, seed=1, timeout_s=60) as pool:
         with pytest.raises(RankFailure, match=r"rank 1 failed during checkpoint 0: write .*a: \[Errno 21 EISDIR\]"):
             pool.write_checkpoint(tmp_path, 0, (RankPlan(0, ()), RankPlan(1, clash)), "stream")
-        again = pool.write_checkpoint(tmp_path / "..", 1, (RankPlan(0, ()), RankPlan(1, ())), "stream")
+        again = pool.write_checkpoint(tmp_path / "again", 1, (RankPlan(0, ()), RankPlan(1, ())), "stream")
     assert again.bytes == 0
 
 

@@ -135,7 +135,8 @@ def test_the_loop_keeps_depth_and_batches(tmp_path, threads, jobs, batch):
     run.files.write()
     cell = Cell("cpu-only", 64 * K, threads, jobs, batch, requests_per_job=20)
     inner = PosixReader()
-    inner.open(run.files.paths, read_shape(cell))
+    with run.files.open_tree() as tree:
+        inner.open(tree, run.files.paths, read_shape(cell))
     watching = Watching(inner, cell.slots)
     try:
         done = run_cell(watching, cell, [3 * 64 * K] * jobs, M, check_block=run.files.check)
@@ -180,7 +181,8 @@ def opened_posix_cell(tmp_path: Path, threads: int, requests_per_job: int) -> tu
     run.files.write()
     cell = Cell("cpu-only", 64 * K, threads, jobs=2, batch=4, requests_per_job=requests_per_job)
     reader = PosixReader()
-    reader.open(run.files.paths, read_shape(cell))
+    with run.files.open_tree() as tree:
+        reader.open(tree, run.files.paths, read_shape(cell))
     return run, cell, reader
 
 
@@ -506,7 +508,8 @@ def test_the_engines_own_loop_keeps_depth_batches_and_checks_every_block(tmp_pat
     run.files.write()
     cell = Cell("cpu-only", 64 * K, threads, jobs, batch, requests_per_job=16)
     reader = PosixReader()
-    reader.open(run.files.paths, read_shape(cell))
+    with run.files.open_tree() as tree:
+        reader.open(tree, run.files.paths, read_shape(cell))
     spy = PreadSpy(run.files.paths, 64 * K, cell.slots)
     monkeypatch.setattr(os, "preadv", spy)
     try:

@@ -164,7 +164,7 @@ def test_every_directory_a_checkpoint_changes_is_fsynced_by_its_ranks(tmp_path):
     root.mkdir()
     log = tmp_path / "strace"
     traced = subprocess.run(
-        ["strace", "-ff", "-qq", "-e", "trace=openat,fsync", "-o", str(log), sys.executable, str(script), str(root)],
+        [*STRACE, "-o", str(log), sys.executable, str(script), str(root)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -177,13 +177,23 @@ def test_every_directory_a_checkpoint_changes_is_fsynced_by_its_ranks(tmp_path):
         assert str(directory) in synced, (directory, sorted(synced))
 
 
+STRACE = ["strace", "-ff", "-qq", "-e", "trace=openat,fcntl,fsync"]  # os.dup is fcntl(F_DUPFD_CLOEXEC)
+
+
 def fsynced_directories(trace: str) -> set[str]:
-    """Directories opened with O_DIRECTORY and then fsynced, from one process's strace log (strace -ff)."""
+    """Directories opened with O_DIRECTORY and then fsynced, from one process's strace log (strace -ff); a directory
+    opened relative to another's descriptor (openat from a handle, as the ranks walk the run directory) by its path."""
     opened: dict[str, str] = {}
     synced = set()
     for call in trace.splitlines():
-        if call.startswith("openat(") and "O_DIRECTORY" in call and "= " in call:
-            opened[call.rsplit("= ", 1)[1].split()[0]] = call.split('"')[1]
+        result = call.rsplit("= ", 1)[1].split()[0] if "= " in call else ""
+        if call.startswith("openat(") and "O_DIRECTORY" in call and result.isdigit():
+            base, name = call[len("openat(") :].split(",", 1)[0], call.split('"')[1]
+            opened[result] = name if base == "AT_FDCWD" or name.startswith("/") else f"{opened.get(base, '?')}/{name}"
+        elif call.startswith("fcntl(") and "F_DUPFD" in call and result.isdigit():
+            copied = call[len("fcntl(") :].split(",")[0]
+            if copied in opened:
+                opened[result] = opened[copied]
         elif call.startswith("fsync(") and call.rstrip().endswith("= 0"):
             fd = call[len("fsync(") :].split(")")[0]
             if fd in opened:

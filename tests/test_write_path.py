@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ckptqual.host.beneath import RunTree
 from ckptqual.host.cache import cached_fraction
 from ckptqual.io.crc import crc32
 from ckptqual.io.engines import make_engine
@@ -87,7 +88,7 @@ def test_a_small_file_is_one_write(tmp_path):
     trace = ["strace", "-o", str(log), "-e", "trace=openat,write,pwrite64,lseek,close"]
     subprocess.run([*trace, sys.executable, "-c", script, str(target)], check=True)
     lines = log.read_text().splitlines()
-    opened = next(i for i, line in enumerate(lines) if str(target) in line and line.startswith("openat"))
+    opened = next(i for i, line in enumerate(lines) if f'"{target.name}"' in line and line.startswith("openat"))
     fd = lines[opened].rsplit("= ", 1)[1]
     closed = next(i for i, line in enumerate(lines) if i > opened and line.startswith(f"close({fd})"))
     calls = [line.split("(", 1)[0] for line in lines[opened + 1 : closed] if f"({fd}," in line]
@@ -100,7 +101,8 @@ def test_direct_writes_skip_the_page_cache(tmp_path):
     for engine in ("stream", "stream-direct"):
         path = tmp_path / f"{engine}.pt"
         make_engine(engine).write(path, spec, 0, RankIO(PayloadGenerator(1), rank=0))
-        cached = cached_fraction([path])
+        with RunTree(tmp_path) as tree:
+            cached = cached_fraction(tree, [path])
         assert cached < 0.05 if engine == "stream-direct" else cached > 0.5, (engine, cached)
 
 

@@ -10,8 +10,9 @@ import os
 
 # The target failed the work: an I/O error, no space, data that came back wrong, no answer in time.
 TARGET_FAULTS = ("io-error", "out-of-space", "integrity", "unresponsive")
-# The run could not do the work for a reason of its own: a crash, a stopped worker, an earlier failure.
-RUN_FAULTS = ("crash", "stopped", "not-run")
+# The run could not do the work for a reason of its own: a crash, a stopped worker, an earlier failure, or an entry
+# planted in the run directory (a symlink, a FIFO) that the suite refused to follow.
+RUN_FAULTS = ("crash", "stopped", "not-run", "planted")
 
 
 class RunError(RuntimeError):

@@ -12,6 +12,7 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -30,7 +31,7 @@ class PlantedEntry(OSError):
     It is left alone; `what` says what it is (for a symlink, what it points to)."""
 
     def __init__(self, path: Path, what: str) -> None:
-        super().__init__(errno.ELOOP, f"{path} {what}: an entry planted in the run directory, left alone")
+        super().__init__(errno.ELOOP, f"{path} {what}: an entry planted in the run directory, left alone", str(path))
         self.path, self.what = path, what
 
     def __str__(self) -> str:
@@ -79,6 +80,11 @@ class RunTree:
         found = os.fstat(self.fd)
         return found.st_dev, found.st_ino
 
+    @property
+    def reference(self) -> RunRoot:
+        """How another process (or a later step) opens this same run directory again."""
+        return RunRoot(str(self.root), self.identity)
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
@@ -117,14 +123,16 @@ class RunTree:
 
     def open(self, path: Path, flags: int, mode: int = 0o644) -> int:
         """A descriptor of the file `path` opened with `flags` (its directories made first under O_CREAT); a symlink or
-        a non-regular file in its place raises PlantedEntry."""
+        a non-regular file in its place, or any entry where O_EXCL makes a new file, raises PlantedEntry."""
         with self.directory(path.parent, create=bool(flags & os.O_CREAT)) as parent:
             try:
                 fd = os.open(path.name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=parent)
             except OSError as error:
-                if error.errno == errno.ELOOP or (error.errno == errno.EEXIST and _is_link(parent, path.name)):
+                if error.errno == errno.EEXIST and flags & os.O_EXCL and _is_directory(parent, path.name):
+                    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path)) from None
+                if error.errno == errno.ELOOP or (error.errno == errno.EEXIST and flags & os.O_EXCL):
                     raise PlantedEntry(path, what_is(parent, path.name)) from None
-                raise
+                raise OSError(error.errno, error.strerror, str(path)) from None  # named in full, not by its last part
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device planted as a file: never read or written
                 os.close(fd)
                 raise PlantedEntry(path, what_is(parent, path.name))
@@ -167,17 +175,42 @@ class RunTree:
             os.close(parent)
 
 
+@dataclass(frozen=True)
+class RunRoot:
+    """A run directory as plain data that another process opens as a RunTree: its path and, where known on this host,
+    its (st_dev, st_ino), so that a directory swapped in its place is refused."""
+
+    path: str
+    identity: tuple[int, int] | None = None
+
+    @classmethod
+    def of(cls, path: Path) -> RunRoot:
+        """The directory `path` as it is now, its identity recorded."""
+        with RunTree(path) as tree:
+            return tree.reference
+
+    def open(self) -> RunTree:
+        return RunTree(Path(self.path), tuple(self.identity) if self.identity else None)
+
+
 def _step(fd: int, name: str, reached: Path, create: bool) -> int:
-    """The handle of the directory `name` in `fd`, made first where `create` and missing."""
-    if create:
-        with suppress(FileExistsError):
-            os.mkdir(name, 0o700, dir_fd=fd)
+    """The handle of the directory `name` in `fd`, made first where `create` and missing; an error names `reached`."""
     try:
+        if create:
+            with suppress(FileExistsError):
+                os.mkdir(name, 0o700, dir_fd=fd)
         return os.open(name, _DIRECTORY, dir_fd=fd)
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENOTDIR):
             raise PlantedEntry(reached, what_is(fd, name)) from None
-        raise
+        raise OSError(error.errno, error.strerror, str(reached)) from None
+
+
+def _is_directory(parent_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def _is_link(parent_fd: int, name: str) -> bool:

@@ -1,4 +1,5 @@
-"""Page-cache control for cold reads: evict a file's pages and measure how much of it is cached."""
+"""Page-cache control for cold reads: evict a file's pages and measure how much of it is cached, each file reached
+through the run's tree (never through a symlink)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
+from ckptqual.host.beneath import RunTree
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _PAGE = mmap.PAGESIZE
 
 
-def evict(path: Path) -> None:
+def evict(tree: RunTree, path: Path) -> None:
     """Writes back and drops the file's cached pages (posix_fadvise DONTNEED)."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = tree.open(path, os.O_RDONLY)
     try:
         os.fdatasync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -24,38 +27,42 @@ def evict(path: Path) -> None:
         os.close(fd)
 
 
-def cached_bytes(path: Path) -> tuple[int, int]:
+def cached_bytes(tree: RunTree, path: Path) -> tuple[int, int]:
     """(bytes of the file in the page cache, file size), from mincore(2) over a private mapping."""
-    size = path.stat().st_size
-    if size == 0:
-        return 0, 0
-    pages = (size + _PAGE - 1) // _PAGE
-    vector = (ctypes.c_ubyte * pages)()
-    with open(path, "rb") as file, mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY) as mapped:
-        window = (ctypes.c_char * size).from_buffer(mapped)
-        try:
-            status = _libc.mincore(ctypes.c_void_p(ctypes.addressof(window)), ctypes.c_size_t(size), vector)
-        finally:
-            del window
+    fd = tree.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return 0, 0
+        pages = (size + _PAGE - 1) // _PAGE
+        vector = (ctypes.c_ubyte * pages)()
+        with mmap.mmap(fd, size, access=mmap.ACCESS_COPY) as mapped:
+            window = (ctypes.c_char * size).from_buffer(mapped)
+            try:
+                status = _libc.mincore(ctypes.c_void_p(ctypes.addressof(window)), ctypes.c_size_t(size), vector)
+            finally:
+                del window
+    finally:
+        os.close(fd)
     if status != 0:
         raise OSError(ctypes.get_errno(), f"mincore failed on {path}")
     resident = int(np.count_nonzero(np.frombuffer(vector, dtype=np.uint8) & 1))
     return min(resident * _PAGE, size), size
 
 
-def evict_all(paths: Iterable[Path]) -> float:
+def evict_all(tree: RunTree, paths: Iterable[Path]) -> float:
     """Evicts every file of `paths`; returns the fraction of their bytes still cached afterwards."""
     paths = list(paths)
     for path in paths:
-        evict(path)
-    return cached_fraction(paths)
+        evict(tree, path)
+    return cached_fraction(tree, paths)
 
 
-def cached_fraction(paths: Iterable[Path]) -> float:
+def cached_fraction(tree: RunTree, paths: Iterable[Path]) -> float:
     """The fraction of the files' bytes that sit in the page cache (0 for no bytes)."""
     cached = total = 0
     for path in paths:
-        in_cache, size = cached_bytes(path)
+        in_cache, size = cached_bytes(tree, path)
         cached += in_cache
         total += size
     return cached / total if total else 0.0

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ckptqual.faults import RunError
 from ckptqual.host import cache, device_bytes
+from ckptqual.host.beneath import RunTree
 from ckptqual.host.device_bytes import DeviceBytes, Devices
 from ckptqual.limits.cache_served import cache_served_reason
 from ckptqual.limits.host_bound import host_bound_reason
@@ -71,14 +72,16 @@ class Baseline:
 
 def measure_baseline(
     pool: Pool,
+    tree: RunTree,
     directory: Path,
     total_bytes: int,
     remove: Callable[[Path, str], None],
     repeats: int = 3,
     devices: Devices | None = None,
 ) -> Baseline:
-    """Writes then cold-reads `total_bytes` split over the ranks, `repeats` times, counting what `devices` (default:
-    those under `directory`'s parent) moved meanwhile; `remove(directory, what)` removes its files after each round."""
+    """Writes then cold-reads `total_bytes` split over the ranks in `directory` (in `tree`), `repeats` times, counting
+    what `devices` (default: those under `directory`'s parent) moved meanwhile; `remove(directory, what)` removes its
+    files after each round."""
     devices = devices if devices is not None else device_bytes.devices_under(directory.parent)
     per_rank = -(-total_bytes // pool.ranks)
     baseline = Baseline(per_rank * pool.ranks)
@@ -91,7 +94,7 @@ def measure_baseline(
             baseline.host["write"].append(_host(written))
             baseline.device["write"].append(count.of(written.bytes, "written", written.nodes))
             files = [raw.raw_path(directory, rank) for rank in range(pool.ranks)]
-            baseline.cached_before_read.append(cache.evict_all(files))
+            baseline.cached_before_read.append(cache.evict_all(tree, files))
             below = devices.evict_below()
             with device_bytes.counted(devices) as count:
                 read = pool.run("raw-read", directory, None, f"raw read {round_number + 1}", options=options)

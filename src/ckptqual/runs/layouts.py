@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ckptqual.faults import RunError
+from ckptqual.host.beneath import RunTree
 from ckptqual.limits.limits import MIN_JUDGED_BYTES
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.runs.ranks import Pool
@@ -87,9 +88,10 @@ class LayoutSpace(Protocol):
 
 
 def run_layout(
-    pool: Pool, root: Path, plan: CheckpointPlan, engine: str, example: int, space: LayoutSpace
+    pool: Pool, tree: RunTree, root: Path, plan: CheckpointPlan, engine: str, example: int, space: LayoutSpace
 ) -> LayoutResult:
-    """Writes the regular twin and the odd layout, reads the odd one back cold and verifies every byte.
+    """Writes the regular twin and the odd layout in `root` (in `tree`), reads the odd one back cold and verifies every
+    byte.
 
     Raises RankFailure (integrity or I/O) with the file and offset; removes what it wrote either way.
     """
@@ -109,7 +111,7 @@ def run_layout(
             )
             times[number] = written.seconds
         space.remove(directories[0], f"removing {names[0]}")
-        evict_checkpoint(directories[1], odd)
+        evict_checkpoint(tree, directories[1], odd)
         read = pool.run(
             "read", directories[1], odd.ranks, f"read-back of layout {example}", checkpoint + 1, {"engine": engine}
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -18,6 +19,7 @@ from typing import Any
 from ckptqual.config.run_settings import RunSettings
 from ckptqual.faults import RunError, fault_of_errno, os_error_line
 from ckptqual.host import device_bytes, health
+from ckptqual.host.beneath import PlantedEntry, RunTree
 from ckptqual.host.cpu import HostSampler
 from ckptqual.host.sampler import Sampler, physical_devices
 from ckptqual.host.space import RunSpace
@@ -49,6 +51,7 @@ class Qualification:
     def __init__(self, settings: RunSettings, events: RunEvents) -> None:
         self.settings, self.events = settings, events
         self.target: Target = open_target(settings.target, keep=settings.keep)
+        self.tree = RunTree(self.run_dir)  # the run directory as made: every entry under it is reached from here
         self.space = RunSpace(self.target, timeout_s=settings.rank_timeout_s)
         self.identity: DriveIdentity = identify(self.target.path)
         self._finished = False
@@ -95,7 +98,7 @@ class Qualification:
         self.space.declare("raw", [raw.raw_path(Path(), rank).name for rank in range(len(plan.ranks))])
         self.target.declare("layouts/layout-*", [], listed=True)
         for name in ("checkpoints", "raw", "layouts"):
-            (self.run_dir / name).mkdir()
+            os.mkdir(name, 0o700, dir_fd=self.tree.fd)
 
     def _start_ranks(self, sampler: HostSampler) -> Pool:
         """The plan's ranks as processes of this host, or spread over --nodes nodes whose torchrun workers reach this
@@ -104,7 +107,7 @@ class Qualification:
         if settings.nodes > 1:
             args = (settings.controller, settings.nodes, ranks, settings.seed, self.run_dir, settings.rank_timeout_s)
             return NodePool(*args, sampler=sampler)
-        return RankPool(ranks, settings.seed, settings.rank_timeout_s, sampler=sampler)
+        return RankPool(ranks, settings.seed, settings.rank_timeout_s, sampler=sampler, root=self.tree.reference)
 
     def declare(self, pattern: str, files: list[str]) -> None:
         """Records files the run is about to write (relative to the directories matching `pattern`)."""
@@ -148,7 +151,7 @@ class Qualification:
         limits refer to (none where the drive file's [run] parts leaves the baseline out)."""
         self.events.measuring_baseline(self.settings.baseline_bytes)
         raw_dir, total = self.run_dir / "raw", self.settings.baseline_bytes
-        baseline = measure_baseline(self.pool, raw_dir, total, self.remove, devices=self.devices)
+        baseline = measure_baseline(self.pool, self.tree, raw_dir, total, self.remove, devices=self.devices)
         self.served_baselines = baseline.invalid()
         self.events.baseline(baseline.to_dict())
         return baseline.as_baselines()
@@ -206,8 +209,11 @@ class Qualification:
         """Reads one checkpoint back cold with every rank at once and verifies every byte; raises RestoreError."""
         plan = self.settings.plan
         try:
-            cached = evict_checkpoint(directory, plan)
+            cached = evict_checkpoint(self.tree, directory, plan)
             below = self.devices.evict_below()
+        except PlantedEntry as error:
+            message = f"checkpoint {checkpoint} cannot be read back: evict: {error}"
+            raise self._failed(RestoreError(message, "planted")) from None
         except OSError as error:
             message = f"checkpoint {checkpoint} cannot be read back: {os_error_line(error, 'evict')}"
             fault = "integrity" if error.errno == errno.ENOENT else fault_of_errno(error.errno)
@@ -244,7 +250,9 @@ class Qualification:
         """Writes, reads back and verifies one odd layout against its regular twin."""
         entry: dict[str, Any] = {"example": example, "plan": json.loads(dump_plan(plan))}
         try:
-            result = run_layout(self.pool, self.run_dir / "layouts", plan, self.settings.engine, example, self)
+            result = run_layout(
+                self.pool, self.tree, self.run_dir / "layouts", plan, self.settings.engine, example, self
+            )
         except RankFailure as error:
             self.events.layout({**entry, "error": str(error)})
             raise
@@ -289,6 +297,7 @@ class Qualification:
             self._tell_space()
             if self.sampler is not None:
                 self.sampler.stop()
+            self.tree.close()
             self.events.finished(cleanup)
 
     def _check_health(self) -> None:

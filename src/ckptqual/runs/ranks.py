@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptqual.faults import RunError, fault_of_errno, on_path, os_error_line
+from ckptqual.host.beneath import PlantedEntry, RunRoot
 from ckptqual.host.cpu import HostSampler, HostUse, Mark
 from ckptqual.io.engines import make_engine
 from ckptqual.io.engines.base import DEFAULT_CHUNK_BYTES, RankIO, fsync_directory, fsync_path
@@ -130,7 +131,9 @@ class CheckpointTiming:
 
 @dataclass
 class Task:
-    """What every rank does next: an operation of `_OPERATIONS` (or "stop") on its plan in `directory`."""
+    """What every rank does next: an operation of `_OPERATIONS` (or "stop") on its plan in `directory`, which lies in
+    the run directory `root` (without one: the deepest existing directory above it); every entry is reached from
+    there."""
 
     op: str
     checkpoint: int = 0
@@ -138,6 +141,16 @@ class Task:
     plan: RankPlan | None = None
     options: dict[str, Any] = field(default_factory=dict)
     sampler: HostSampler | None = None
+    root: RunRoot | None = None
+
+    def run_root(self) -> RunRoot:
+        """`root`, or else the deepest directory above `directory` that exists."""
+        if self.root is not None:
+            return self.root
+        above = Path(self.directory).parent
+        while not above.is_dir():
+            above = above.parent
+        return RunRoot(str(above))
 
 
 def directories_to_sync(directory: Path, file_paths: list[str]) -> list[Path]:
@@ -165,9 +178,9 @@ def _write_files(io: RankIO, task: Task) -> int:
     directory, plan = Path(task.directory), task.plan
     paths = [directory / spec.path for spec in plan.files]
     io.stage = "mkdir"
-    directory.mkdir(parents=True, exist_ok=True)
-    for parent in sorted({path.parent for path in paths}):
-        parent.mkdir(parents=True, exist_ok=True)
+    for parent in sorted({directory} | {path.parent for path in paths}):
+        with io.directory(parent, create=True):
+            pass
     io.stage = "write"
     for index, (path, spec) in enumerate(zip(paths, plan.files, strict=True)):
         try:
@@ -176,9 +189,9 @@ def _write_files(io: RankIO, task: Task) -> int:
             raise on_path(error, path) from None
     io.stage = "fsync"
     for path in paths:
-        fsync_path(path)
+        fsync_path(io, path)
     for parent in directories_to_sync(directory, [spec.path for spec in plan.files]):
-        fsync_directory(parent)
+        fsync_directory(io, parent)
     return plan.nbytes
 
 
@@ -217,22 +230,27 @@ def run_task(io: RankIO, task: Task, barrier: Any) -> dict[str, Any]:
     io.checkpoint, io.payload_cpu_s, io.generated_bytes, io.stage = task.checkpoint, 0.0, 0, task.op
     try:
         barrier.wait()
-        first = task.sampler.mark()
-        cpu_start = time.process_time()
-        moved = _OPERATIONS[task.op](io, task)
-        cpu_s = time.process_time() - cpu_start
-        last = task.sampler.mark()
-        reply = {"start": first.wall, "end": last.wall, "bytes": moved, "payload_cpu_s": io.payload_cpu_s}
-        reply |= {"cpu_s": cpu_s, "marks": (first, last)}
-        return reply | (_AFTER_TIMING[task.op](io, task) if task.op in _AFTER_TIMING else {})
+        with task.run_root().open() as io.tree:  # opened untimed, before the common start
+            first = task.sampler.mark()
+            cpu_start = time.process_time()
+            moved = _OPERATIONS[task.op](io, task)
+            cpu_s = time.process_time() - cpu_start
+            last = task.sampler.mark()
+            reply = {"start": first.wall, "end": last.wall, "bytes": moved, "payload_cpu_s": io.payload_cpu_s}
+            reply |= {"cpu_s": cpu_s, "marks": (first, last)}
+            return reply | (_AFTER_TIMING[task.op](io, task) if task.op in _AFTER_TIMING else {})
     except Exception as error:
         return _failure_reply(error, io.stage)
+    finally:
+        io.tree = None
 
 
 def _failure_reply(error: Exception, stage: str) -> dict[str, Any]:
     """What a rank reports of an exception: one line, whose fault it is, and the errno of an I/O error."""
     if isinstance(error, RunError):
         return {"error": str(error), "fault": error.fault, "errno": error.errno}
+    if isinstance(error, PlantedEntry):
+        return {"error": f"{stage}: {error}", "fault": "planted", "errno": error.errno}
     if isinstance(error, OSError):
         return {"error": os_error_line(error, stage), "fault": fault_of_errno(error.errno), "errno": error.errno}
     if isinstance(error, restore.IntegrityError):
@@ -398,7 +416,8 @@ class Pool(ABC):
 
 class RankPool(Pool):
     """A fixed set of rank processes that write checkpoints on command; `sampler` watches the host meanwhile (its
-    device: the drive the ranks write to, where known)."""
+    device: the drive the ranks write to, where known); `root`: the run directory every task's entries are reached
+    from (without one, each task's from the deepest existing directory above its own)."""
 
     def __init__(
         self,
@@ -407,8 +426,9 @@ class RankPool(Pool):
         timeout_s: float = 600.0,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         sampler: HostSampler | None = None,
+        root: RunRoot | None = None,
     ) -> None:
-        self.ranks, self.seed, self.timeout_s = ranks, seed, timeout_s
+        self.ranks, self.seed, self.timeout_s, self.root = ranks, seed, timeout_s, root
         self.sampler = sampler or HostSampler()
         context = mp.get_context("spawn")
         self._barrier = context.Barrier(ranks)
@@ -449,7 +469,9 @@ class RankPool(Pool):
         plans = self._plans(plans)
         with self._lock:
             try:
-                tasks = [Task(op, checkpoint, str(directory), plan, options or {}, self.sampler) for plan in plans]
+                tasks = [
+                    Task(op, checkpoint, str(directory), plan, options or {}, self.sampler, self.root) for plan in plans
+                ]
                 self._send_all(what, tasks)
                 replies = self._collect(what)
             except (KeyboardInterrupt, SystemExit):

@@ -29,18 +29,19 @@ def write_sequential(io: RankIO, task: _Task) -> int:
     directory, size = Path(task.directory), int(task.options["bytes_per_rank"])
     io.generate(io.buffer, file=0, tensor=0, offset=0)
     io.stage = "mkdir"
-    directory.mkdir(parents=True, exist_ok=True)
+    with io.directory(directory, create=True):
+        pass
     io.stage = "write"
     path = raw_path(directory, io.rank)
     try:
-        with open(path, "wb", buffering=0) as file:
+        with open(io.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb", buffering=0) as file:
             for offset in range(0, size, io.chunk_bytes):
                 file.write(io.buffer[: min(io.chunk_bytes, size - offset)])
             io.stage = "fsync"
             os.fsync(file.fileno())
     except OSError as error:
         raise on_path(error, path) from None
-    fsync_directory(directory)
+    fsync_directory(io, directory)
     return size
 
 
@@ -48,7 +49,7 @@ def read_sequential(io: RankIO, task: _Task) -> int:
     """Reads the rank's raw file sequentially to the end; returns the bytes read."""
     total = 0
     view = memoryview(io.buffer)
-    with open(raw_path(Path(task.directory), io.rank), "rb", buffering=0) as file:
+    with open(io.open(raw_path(Path(task.directory), io.rank), os.O_RDONLY), "rb", buffering=0) as file:
         while count := file.readinto(view):
             total += count
     return total

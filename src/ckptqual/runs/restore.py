@@ -17,10 +17,11 @@ from typing import Any
 import torch
 
 from ckptqual.host import cache
+from ckptqual.host.beneath import RunTree
 from ckptqual.host.cpu import HostUse
 from ckptqual.host.device_bytes import DeviceBytes
 from ckptqual.io.engines import make_engine
-from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO
+from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO, opened_path
 from ckptqual.io.engines.readback import check_loaded, first_line, tensor_bytes
 from ckptqual.limits.cache_served import cache_served_reason
 from ckptqual.limits.host_bound import host_bound_reason
@@ -68,13 +69,14 @@ def load_sample(io: RankIO, task: Any) -> dict[str, float]:
     start = time.monotonic()
     index = sampled_file(io.checkpoint, len(task.plan.files))
     spec, label = task.plan.files[index], _label(task, index)
-    try:
-        state = torch.load(Path(task.directory) / spec.path, weights_only=True, mmap=True)
-    except Exception as error:
-        raise IntegrityError(
-            f"{label}: torch.load(weights_only=True, mmap=True) failed though the verified read passed: "
-            f"{first_line(error)}"
-        ) from error
+    with opened_path(io, Path(task.directory) / spec.path) as reached:
+        try:
+            state = torch.load(reached, weights_only=True, mmap=True)
+        except Exception as error:
+            raise IntegrityError(
+                f"{label}: torch.load(weights_only=True, mmap=True) failed though the verified read passed: "
+                f"{first_line(error)}"
+            ) from error
     check_loaded(label, state, spec.tensors, "torch.load(mmap=True)")
     for tensor, tensor_spec in enumerate(spec.tensors):
         first_block = tensor_bytes(state[tensor_spec.name])[:4096]
@@ -137,6 +139,6 @@ class RestoreResult:
         return {**self.__dict__, **extra}
 
 
-def evict_checkpoint(directory: Path, plan: CheckpointPlan) -> float:
-    """Drops the checkpoint's files from the page cache; returns the fraction still cached."""
-    return cache.evict_all(directory / f.path for rank in plan.ranks for f in rank.files)
+def evict_checkpoint(tree: RunTree, directory: Path, plan: CheckpointPlan) -> float:
+    """Drops the checkpoint's files (reached through `tree`) from the page cache; returns the fraction still cached."""
+    return cache.evict_all(tree, (directory / f.path for rank in plan.ranks for f in rank.files))

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from ckptqual.host.beneath import RunTree
 from ckptqual.io.payload import Mismatch, PayloadGenerator, find_mismatches
 from ckptqual.plan.model import FilePlan
 
@@ -26,7 +29,9 @@ class RankIO:
     """What one rank needs to write or read its files: payload, identity, a reusable buffer, counters.
 
     `payload_cpu_s` is the CPU time spent making (writing) or checking (reading) payload; `stage` names the
-    operation under way (mkdir, write, fsync, read), so that an I/O error says what failed.
+    operation under way (mkdir, write, fsync, read), so that an I/O error says what failed. `tree`: the run directory
+    every file is reached through (a rank sets it for each task); without one, a file is reached from its own
+    directory. Either way no symlink is followed.
     """
 
     generator: PayloadGenerator
@@ -36,6 +41,7 @@ class RankIO:
     payload_cpu_s: float = 0.0
     generated_bytes: int = 0
     stage: str = "write"
+    tree: RunTree | None = None
 
     def __post_init__(self) -> None:
         self.buffer = np.empty(self.chunk_bytes, dtype=np.uint8)
@@ -59,6 +65,37 @@ class RankIO:
             )
         finally:
             self.payload_cpu_s += time.thread_time() - start
+
+    def open(self, path: Path, flags: int) -> int:
+        """A descriptor of the file `path` (new where `flags` hold O_CREAT | O_EXCL), reached without following a
+        symlink; a planted entry raises PlantedEntry."""
+        if self.tree is not None:
+            return self.tree.open(path, flags)
+        with RunTree(path.parent) as own:
+            return own.open(path, flags)
+
+    @contextmanager
+    def directory(self, path: Path, create: bool = False) -> Iterator[int]:
+        """A handle of the directory `path` (made where `create` and missing), reached as `open` reaches a file."""
+        with self.tree.directory(path, create) if self.tree is not None else _own_directory(path, create) as fd:
+            yield fd
+
+
+@contextmanager
+def opened_path(io: RankIO, path: Path) -> Iterator[str]:
+    """A path that reaches the file `path` as `io.open` opened it (/proc/self/fd/N: the same inode, not the name), for
+    a library that takes only a path (torch.load with mmap, KvikIO); valid inside the block."""
+    fd = io.open(path, os.O_RDONLY)
+    try:
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _own_directory(path: Path, create: bool) -> Iterator[int]:
+    with RunTree(path.parent) as above, above.directory(path, create) as fd:
+        yield fd
 
 
 class IntegrityError(RuntimeError):
@@ -104,21 +141,23 @@ class Engine(Protocol):
         ...
 
 
-def fsync_path(path: Path) -> None:
+def fsync_path(io: RankIO, path: Path) -> None:
     """Makes a written file durable; an error names the file."""
-    _fsync(path, os.O_RDONLY)
+    fd = io.open(path, os.O_RDONLY)
+    try:
+        _fsync(fd, path)
+    finally:
+        os.close(fd)
 
 
-def fsync_directory(path: Path) -> None:
+def fsync_directory(io: RankIO, path: Path) -> None:
     """Makes the directory entries of files created in `path` durable; an error names the directory."""
-    _fsync(path, os.O_RDONLY | os.O_DIRECTORY)
+    with io.directory(path) as fd:
+        _fsync(fd, path)
 
 
-def _fsync(path: Path, flags: int) -> None:
-    fd = os.open(path, flags)
+def _fsync(fd: int, path: Path) -> None:
     try:
         os.fsync(fd)
     except OSError as error:
         raise OSError(error.errno, error.strerror, str(path)) from None
-    finally:
-        os.close(fd)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,14 +21,17 @@ def aligned_buffer(size: int) -> np.ndarray:
 
 
 class FileImage:
-    """Writes one file through `window` (page-aligned, a multiple of BLOCK, at least two blocks)."""
+    """Writes one new file through `window` (page-aligned, a multiple of BLOCK, at least two blocks); `open_file(path,
+    flags)` opens it (RankIO.open: never through a symlink)."""
 
-    def __init__(self, path: Path, window: np.ndarray, direct: bool = False) -> None:
+    def __init__(
+        self, path: Path, window: np.ndarray, open_file: Callable[[Path, int], int], direct: bool = False
+    ) -> None:
         if window.nbytes % BLOCK or window.nbytes < 2 * BLOCK:
             raise ValueError(f"window of {window.nbytes} bytes: must be a multiple of {BLOCK}, at least {2 * BLOCK}")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | (os.O_DIRECT if direct else 0)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | (os.O_DIRECT if direct else 0)
         try:
-            self.fd = os.open(path, flags, 0o644)
+            self.fd = open_file(path, flags)
         except OSError as error:
             if direct and error.errno == 22:  # EINVAL: the filesystem refuses O_DIRECT (tmpfs before Linux 6.6)
                 raise OSError(

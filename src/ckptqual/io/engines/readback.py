@@ -46,7 +46,7 @@ class ArchiveFile:
 
 @contextmanager
 def _opened(file: ArchiveFile, io: RankIO) -> Iterator[FileSource]:
-    fd = os.open(file.path, os.O_RDONLY)
+    fd = io.open(file.path, os.O_RDONLY)
     try:
         yield FileSource(fd, file.label, io.buffer)
     finally:

@@ -28,7 +28,7 @@ class StreamEngine:
     def write(self, path: Path, spec: FilePlan, file_index: int, io: RankIO) -> None:
         if self._window is None or self._window.nbytes < io.chunk_bytes:
             self._window = aligned_buffer(max(2 * BLOCK, io.chunk_bytes))
-        image = FileImage(path, self._window, self.direct)
+        image = FileImage(path, self._window, io.open, self.direct)
         try:
             write_archive(image, spec, serialization_id(io.checkpoint, io.rank, file_index), file_index, io)
         except BaseException:

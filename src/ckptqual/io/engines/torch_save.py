@@ -3,12 +3,13 @@ back with `torch.load`, as a restarting job would."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
 
 from ckptqual.io.engines import readback
-from ckptqual.io.engines.base import IntegrityError, Problem, RankIO
+from ckptqual.io.engines.base import IntegrityError, Problem, RankIO, opened_path
 from ckptqual.io.engines.readback import ArchiveFile, Chunks
 from ckptqual.io.engines.torchformat import BYTEORDER, FILE_VERSION, FORMAT_VERSION
 from ckptqual.io.engines.torchread import ExpectedArchive, TensorRecord
@@ -28,22 +29,23 @@ class TorchSaveEngine:
             data = torch.empty(tensor.numel, dtype=getattr(torch, tensor.dtype))
             io.generate(data.view(torch.uint8).numpy(), file_index, index, 0)
             state[tensor.name] = data
-        with open(path, "wb") as file:
+        with os.fdopen(io.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as file:
             torch.save(state, file)
 
     def read(self, path: Path, spec: FilePlan, file_index: int, io: RankIO, label: str) -> list[Problem]:
         """torch.load, then the archive's structure and each tensor's bytes checked as torch loaded them; where
         torch.load fails, the streaming read names the damage by record or file offset."""
         file = ArchiveFile(path, label, file_index, self.expected_archive(spec, io.checkpoint, io.rank, file_index))
-        try:
-            state = torch.load(path, weights_only=True)
-        except Exception as error:
-            problems = readback.read_archive(file, io)
-            if problems:
-                return problems
-            raise IntegrityError(
-                f"{label}: torch.load failed though every record checks out: {readback.first_line(error)}"
-            ) from error
+        with opened_path(io, path) as reached:
+            try:
+                state = torch.load(reached, weights_only=True)
+            except Exception as error:
+                problems = readback.read_archive(file, io)
+                if problems:
+                    return problems
+                raise IntegrityError(
+                    f"{label}: torch.load failed though every record checks out: {readback.first_line(error)}"
+                ) from error
         tensors = readback.checked_tensors(file, io)  # headers only: the data is in the loaded tensors
         readback.check_loaded(label, state, spec.tensors, "torch.load")
 

@@ -17,6 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ckptqual.host.beneath import RunTree
+
 ALIGN_BYTES = 4096  # O_DIRECT and GDS both want 4 KiB-aligned offsets, sizes and buffers
 
 
@@ -47,8 +49,9 @@ class Reader(Protocol):
     engine: str
     transfer: str
 
-    def open(self, paths: Sequence[Path], shape: ReadShape) -> None:
-        """Opens one file per job, allocates `jobs x slots` buffers of a block, starts `threads` workers."""
+    def open(self, tree: RunTree, paths: Sequence[Path], shape: ReadShape) -> None:
+        """Opens one file per job (each reached through `tree`, never via a symlink), allocates `jobs x slots`
+        buffers of a block, starts `threads` workers."""
         ...
 
     def submit(self, job: int, slot: int, offset: int) -> Pending:

@@ -15,6 +15,7 @@ any I/O, even into host memory; this module never loads one itself.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ckptqual.host import gpu
+from ckptqual.host.beneath import RunTree
 from ckptqual.io.readers import TRANSFERS
 from ckptqual.io.readers.base import ALIGN_BYTES, HostBuffers, ReadShape
 
@@ -54,7 +56,7 @@ class KvikioReader:
         self._settings: dict[str, Any] = {}
         self._slots = self._block = 0
 
-    def open(self, paths: Sequence[Path], shape: ReadShape) -> None:
+    def open(self, tree: RunTree, paths: Sequence[Path], shape: ReadShape) -> None:
         import kvikio
         import kvikio.defaults
 
@@ -76,12 +78,15 @@ class KvikioReader:
             if self.transfer == "gpu-direct":
                 self._register(kvikio)
         for path in paths:
-            self._files.append(self._stack.enter_context(contextlib.closing(self._open_file(kvikio, path))))
+            self._files.append(self._stack.enter_context(contextlib.closing(self._open_file(kvikio, tree, path))))
         self._settings = self._effective(kvikio)
 
-    def _open_file(self, kvikio: Any, path: Path) -> Any:
+    def _open_file(self, kvikio: Any, tree: RunTree, path: Path) -> Any:
+        """A CuFile of `path` as `tree` reached it: KvikIO takes a path, so it gets /proc/self/fd/N of a descriptor
+        opened without following a symlink (the same inode again, not the name)."""
+        fd = tree.open(path, os.O_RDONLY)
         try:
-            return kvikio.CuFile(path, "r")
+            return kvikio.CuFile(f"/proc/self/fd/{fd}", "r")
         except RuntimeError as error:
             if self.transfer != "gpu-direct":
                 raise
@@ -89,6 +94,8 @@ class KvikioReader:
                 f"gpu-direct: KvikIO cannot read {path.name} with cuFile (compat mode is off, so it does not fall "
                 f"back to POSIX): {error}"
             ) from error
+        finally:
+            os.close(fd)
 
     def _register(self, kvikio: Any) -> None:
         """Registers the device buffers with cuFile, as gdsio does; a refusal is recorded, not fatal."""

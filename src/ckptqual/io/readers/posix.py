@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ckptqual.host.beneath import RunTree
 from ckptqual.io.readers.base import ALIGN_BYTES, CellReads, CheckBlock, HostBuffers, ReadError, ReadShape
 
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
@@ -69,24 +70,24 @@ class PosixReader:
         self._slots = self._threads = 0
         self._block = 0
 
-    def open(self, paths: Sequence[Path], shape: ReadShape) -> None:
+    def open(self, tree: RunTree, paths: Sequence[Path], shape: ReadShape) -> None:
         self._slots, self._threads, self._block = shape.slots, shape.threads, shape.block_bytes
         self._buffers = self._stack.enter_context(
             contextlib.closing(HostBuffers(shape.jobs * shape.slots, shape.block_bytes))
         )
-        self.direct_io_problem = self._direct_io_problem(paths[0])
+        self.direct_io_problem = self._direct_io_problem(tree, paths[0])
         self.direct_io = self.direct_io_problem is None
         flags = os.O_RDONLY | (_O_DIRECT if self.direct_io else 0)
         for path in paths:
-            self._fds.append(os.open(path, flags))
+            self._fds.append(tree.open(path, flags))
             self._stack.callback(os.close, self._fds[-1])
 
-    def _direct_io_problem(self, path: Path) -> str | None:
+    def _direct_io_problem(self, tree: RunTree, path: Path) -> str | None:
         """Why O_DIRECT reads do not work on `path`'s file system (None: they do); some refuse only at read."""
         if not _O_DIRECT:
             return "this platform has no O_DIRECT; reading buffered"
         try:
-            fd = os.open(path, os.O_RDONLY | _O_DIRECT)
+            fd = tree.open(path, os.O_RDONLY | _O_DIRECT)
         except OSError as error:
             if error.errno != errno.EINVAL:
                 raise

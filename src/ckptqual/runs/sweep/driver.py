@@ -127,7 +127,8 @@ class SweepRun:
         record: dict[str, Any] = {**cell.to_dict(), "engine": reader.engine, "outcome": "ERROR"}
         self._store(cell, record)
         try:
-            reader.open(self.files.paths, read_shape(cell))
+            with self.files.open_tree() as tree:
+                reader.open(tree, self.files.paths, read_shape(cell))
             record["start_offsets"] = list(self._starts)
             run, cached_before, host, device = self._timed_read(reader, cell, runner or plain_runner)
             self._starts = run.next_starts

@@ -6,6 +6,7 @@ file = the job), so a block read back can be checked against what was written at
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ckptqual.host import cache
+from ckptqual.host.beneath import RunRoot, RunTree
 from ckptqual.io.payload import PayloadGenerator, find_mismatches
 
 SWEEP_CHECKPOINT = 0xFFFFFFFF  # marks sweep data in the payload header; fill checkpoints count from 0
@@ -31,10 +33,12 @@ class DataMismatch(RuntimeError):
 
 
 class SweepFiles:
-    """`jobs` files of `file_bytes` in `directory`, which this object creates and removes."""
+    """`jobs` files of `file_bytes` in `directory`, which this object creates and removes; each is reached from the
+    directory that holds `directory` (the run directory) as it was when this object was made, never via a symlink."""
 
     def __init__(self, directory: Path, jobs: int, file_bytes: int, seed: int) -> None:
         self.directory, self.jobs, self.file_bytes = directory, jobs, file_bytes
+        self.root = RunRoot.of(directory.parent)
         self.paths = [directory / name for name in file_names(jobs)]
         self._payload = PayloadGenerator(seed)
         self.written = False
@@ -43,15 +47,21 @@ class SweepFiles:
         """Writes every file with its payload, fsyncs it and drops it from the page cache; `run(what, function,
         *args)` decides where (the qualification runs it in a helper process with a deadline)."""
         what = f"writing the sweep files in {self.directory}"
-        run(what, write_files, self.paths, self.file_bytes, self._payload.seed)
+        run(what, write_files, self.root, self.paths, self.file_bytes, self._payload.seed)
         self.written = True
 
+    def open_tree(self) -> RunTree:
+        """A handle of the directory the files are reached from; the caller closes it."""
+        return self.root.open()
+
     def evict(self) -> None:
-        for path in self.paths:
-            cache.evict(path)
+        with self.open_tree() as tree:
+            for path in self.paths:
+                cache.evict(tree, path)
 
     def cached_fraction(self) -> float:
-        return cache.cached_fraction(self.paths)
+        with self.open_tree() as tree:
+            return cache.cached_fraction(tree, self.paths)
 
     def check(self, job: int, offset: int, data: np.ndarray) -> None:
         """Raises DataMismatch unless `data` is what job `job`'s file holds at `offset`."""
@@ -61,7 +71,7 @@ class SweepFiles:
 
     def remove(self, run: ChangeRunner = run_here) -> None:
         """Removes the files (those that exist) and the directory once empty; `run` as for `write`."""
-        run(f"removing the sweep files in {self.directory}", remove_files, self.paths, self.directory)
+        run(f"removing the sweep files in {self.directory}", remove_files, self.root, self.paths, self.directory)
         self.written = False
 
 
@@ -70,24 +80,31 @@ def file_names(jobs: int) -> list[str]:
     return [f"sweep-job{job:03d}.bin" for job in range(jobs)]
 
 
-def write_files(paths: list[Path], file_bytes: int, seed: int) -> None:
-    """Writes each job's file with its payload, fsyncs it and drops it from the page cache."""
+def write_files(root: RunRoot, paths: list[Path], file_bytes: int, seed: int) -> None:
+    """Writes each job's file anew (reached from `root`) with its payload, fsyncs it and drops it from the page
+    cache."""
     payload = PayloadGenerator(seed)
-    paths[0].parent.mkdir(exist_ok=True)
     chunk = np.empty(min(_CHUNK_BYTES, file_bytes), dtype=np.uint8)
-    for job, path in enumerate(paths):
-        with open(path, "wb", buffering=0) as file:
-            for offset in range(0, file_bytes, chunk.nbytes):
-                part = chunk[: min(chunk.nbytes, file_bytes - offset)]
-                payload.fill(part, SWEEP_CHECKPOINT, job, job, 0, offset)
-                file.write(part)
-            os.fsync(file.fileno())
-        cache.evict(path)
+    with root.open() as tree:
+        tree.makedirs(paths[0].parent)
+        for job, path in enumerate(paths):
+            with open(tree.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb", buffering=0) as file:
+                for offset in range(0, file_bytes, chunk.nbytes):
+                    part = chunk[: min(chunk.nbytes, file_bytes - offset)]
+                    payload.fill(part, SWEEP_CHECKPOINT, job, job, 0, offset)
+                    file.write(part)
+                os.fsync(file.fileno())
+            cache.evict(tree, path)
 
 
-def remove_files(paths: list[Path], directory: Path) -> None:
-    """Removes the sweep's files that exist, and their directory once empty."""
-    for path in paths:
-        path.unlink(missing_ok=True)
-    if directory.is_dir() and not any(directory.iterdir()):
-        directory.rmdir()
+def remove_files(root: RunRoot, paths: list[Path], directory: Path) -> None:
+    """Removes the sweep's files that exist (reached from `root`), and their directory once empty."""
+    with root.open() as tree:
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                tree.unlink(path)
+        with contextlib.suppress(FileNotFoundError):
+            with tree.directory(directory) as fd:
+                empty = not os.listdir(fd)
+            if empty:
+                tree.rmdir(directory)
