@@ -258,7 +258,8 @@ class NodePool(Pool):
     def _refused(self, line: str) -> RankFailure:
         """Stops the run after a refused message (`line` says who refused what); the first refusal is its failure."""
         self._refusals.append(line)
-        return self._stop(f"{line}; the run was stopped", "stopped") if self.stopped is None else Refused(line)
+        stopped = f"{line}; nothing in it was acted on, and the run was stopped"
+        return self._stop(stopped, "stopped") if self.stopped is None else Refused(line)
 
     def run(
         self,
@@ -305,7 +306,7 @@ class NodePool(Pool):
                 if event.kind == "reply" and event.body["task"] != self._tasks:
                     task = event.body["task"]
                     raise self._refused(
-                        f"the controller refused rank {event.sender}'s reply to task {task}: not the task just given"
+                        f"the controller refused rank {event.sender}'s reply to task {task}: it is not the task given"
                     )
                 if event.kind == "reply":
                     replies[event.sender] = reply_of(event.body["reply"])
@@ -360,7 +361,7 @@ class NodePool(Pool):
         refused = len(self._refusals)
         self._shut_down(grace_s)
         if len(self._refusals) > refused and refused == 0:
-            raise RankFailure(f"{self._refusals[0]}; the run was stopped", "stopped")
+            raise RankFailure(f"{self._refusals[0]}; nothing in it was acted on, and the run was stopped", "stopped")
 
     def _shut_down(self, grace_s: float) -> None:
         """Tells every worker to stop (a signed stop) and waits for them to go, then ends the store's server, which

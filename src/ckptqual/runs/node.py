@@ -224,7 +224,7 @@ def inside(tree: RunTree, directory: Path) -> None:
     try:
         tree.parts(directory)
     except ValueError:
-        raise Refused(f"a task naming {directory}, outside the run directory {tree.root}: not acted on") from None
+        raise Refused(f"a task naming {directory}: it is outside the run directory {tree.root}") from None
     for reached in (directory, *directory.parents):
         try:
             with tree.directory(reached):

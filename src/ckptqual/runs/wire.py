@@ -236,24 +236,24 @@ class Wire:
         saying who sent it (or "an unknown sender", where the signature does not verify) and what is wrong."""
         where = f"a message in {key}"
         if len(value) > MAX_MESSAGE_BYTES:
-            raise Refused(f"{where} from an unknown sender is {len(value):,} bytes, over {MAX_MESSAGE_BYTES:,}")
+            raise Refused(f"{where} from an unknown sender: it is {len(value):,} bytes, over {MAX_MESSAGE_BYTES:,}")
         mac, newline, payload = value[:_MAC_HEX], value[_MAC_HEX : _MAC_HEX + 1], value[_MAC_HEX + 1 :]
         if newline != b"\n" or not hmac.compare_digest(mac, self._mac(key, payload).encode()):
-            raise Refused(f"{where} from an unknown sender has no valid signature of this run: not acted on")
+            raise Refused(f"{where} from an unknown sender: it has no valid signature of this run")
         try:
             envelope = json.loads(payload, parse_constant=_no_constant, object_pairs_hook=_unique)
             _ENVELOPE.check(envelope, "message")
         except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            raise Refused(f"{where} is malformed: {error}") from None
+            raise Refused(f"{where}: it is malformed: {error}") from None
         sender, seq, kind = envelope["from"], envelope["seq"], envelope["kind"]
         who = "the controller" if sender == CONTROLLER else f"rank {sender}"
         problem = self._problem(envelope, kinds, senders, (sender, key), same_ok)
         if problem:
-            raise Refused(f"{where} from {who} {problem}: not acted on")
+            raise Refused(f"{where} from {who}: it {problem}")
         try:
             self._schemas[kind].check(envelope["body"], kind)
         except ValueError as error:
-            raise Refused(f"{where} from {who} is malformed: {error}") from None
+            raise Refused(f"{where} from {who}: it is malformed: {error}") from None
         self._seen[sender, key] = seq
         return Message(kind, sender, seq, envelope["body"])
 
@@ -327,7 +327,7 @@ def task_of(body: Mapping[str, Any]) -> Task:
             for f in plan["files"]
         ) if plan else ()  # fmt: skip
     except ValueError as error:
-        raise Refused(f"a task from the controller is malformed: {error}") from None
+        raise Refused(f"a task from the controller: it is malformed: {error}") from None
     rank_plan = RankPlan(plan["rank"], files) if plan else None
     return Task(body["op"], body["checkpoint"], body["directory"], rank_plan, dict(body["options"]))
 
