@@ -363,7 +363,7 @@ class NodePool(Pool):
         if len(self._refusals) > refused and refused == 0:
             raise RankFailure(f"{self._refusals[0]}; nothing in it was acted on, and the run was stopped", "stopped")
 
-    def _shut_down(self, grace_s: float) -> None:
+    def _shut_down(self, grace_s: float = _STOP_GRACE_S) -> None:
         """Tells every worker to stop (a signed stop) and waits for them to go, then ends the store's server, which
         ends any worker still connected to it. A worker that did not say it went (or, here, is still in the process
         table) is named in `abandoned`, with the command to find it."""

@@ -25,6 +25,7 @@ from ckptqual.runs.ranks import OPERATIONS, RankFailure, Task
 
 CONTROLLER = -1  # the sender number of the controller; a worker's is its global rank
 MAX_MESSAGE_BYTES = 4 << 20
+MAX_RANKS = 1 << 20
 MAX_TEXT = 1 << 16
 _MAC_HEX = 64
 
@@ -161,8 +162,8 @@ def body_schemas(ranks: int) -> dict[str, Record]:
     return {
         "run": Record(
             {
-                "ranks": integer(1, ranks),
-                "nodes": integer(1, ranks),
+                "ranks": integer(1, MAX_RANKS),  # a worker checks it against its torchrun's, saying how to fix it
+                "nodes": integer(1, MAX_RANKS),
                 "seed_masked": integer(0, 2**64 - 1),
                 "run_dir": text(4096),
                 "timeout_s": real(),
