@@ -1,10 +1,11 @@
-"""A node's rank workers, started by torchrun on every node (`ckptqual node --controller HOST:PORT`).
+"""A node's rank workers, started by torchrun on every node (`ckptqual node --controller HOST:PORT --secret-file F`).
 
 Each worker is one global rank of the plan: it joins the torchrun job's gloo group, takes its tasks from the
 controller's TCPStore (the pytest process on node 0, runs.cluster), meets every rank of every node at a gloo barrier,
 does the rank operation of runs.ranks and posts its reply. A worker ends when the controller says stop or is gone, and
 when the gloo group breaks (a node died): it then says which rank lost its peers, so that the controller fails the
-checkpoint at once, and exits, so that torchrun's agent on its node stops too.
+checkpoint at once, and exits, so that torchrun's agent on its node stops too. Every message it reads or puts in the
+store is signed with the run's secret (runs.wire); one that does not verify is refused and told, never acted on.
 """
 
 from __future__ import annotations
