@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,9 @@ from ckptqual.plan.workloads import load_workload
 from ckptqual.runs import cluster
 from ckptqual.runs.cluster import Pulse, Worker, shifted_readers
 from ckptqual.runs.node import STOP, beat_key
+from ckptqual.runs.ranks import RankFailure
+from ckptqual.runs.secret import write_secret
+from ckptqual.runs.wire import CONTROLLER, Wire
 from suite_runs import REPO, LiveSuite, lenient_drive, parent, user_environment
 
 RANKS_PER_NODE = 4  # llama3-8b: 8 ranks over 2 nodes
@@ -89,12 +94,13 @@ class TwoNodes:
         self.run_id = f"ckptqual-test-{uuid.uuid4().hex[:8]}"
         self.target, self.results = tmp_path / "shared", tmp_path / "results.json"
         self.target.mkdir()
-        controller = f"127.0.0.1:{free_port()}"
+        self.port, self.secret = free_port(), tmp_path / "job.secret"
+        controller = f"127.0.0.1:{self.port}"
         drive = lenient_drive(tmp_path / "lenient.toml", "lenient drive")
         self.suite = LiveSuite(
             tmp_path / "controller.log",
             *("--nodes", "2", "--controller", controller, "--target", str(self.target), "--drive", str(drive)),
-            *("--results", str(self.results), *TINY, *suite_args),
+            *("--secret-file", str(self.secret), "--results", str(self.results), *TINY, *suite_args),
             tests=tests,
         )
         self.rendezvous_port = free_port()
@@ -107,7 +113,7 @@ class TwoNodes:
             sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--nproc-per-node={per_node}",
             "--rdzv-backend=c10d", f"--rdzv-endpoint={rendezvous}", f"--rdzv-id={self.run_id}", "--max-restarts=0",
             f"--rdzv-conf=read_timeout={RENDEZVOUS_READ_TIMEOUT_S}",
-            "-m", "ckptqual.cli", "node", "--controller", controller,
+            "-m", "ckptqual.cli", "node", "--controller", controller, "--secret-file", str(self.secret),
         ]  # fmt: skip
         with log.open("w") as out:
             return subprocess.Popen(command, cwd=REPO, env=user_environment(), stdout=out, stderr=subprocess.STDOUT)
@@ -244,6 +250,91 @@ def test_ctrl_c_of_the_controller_ends_every_node_and_cleans_the_shared_target(t
     assert data["cleanup"]["removed"] is True and list(run.target.iterdir()) == []
 
 
+class Payload:
+    """A pickle that runs a shell command where it is unpickled: what a stranger on the controller's port sends."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self) -> tuple:
+        return os.system, (self.command,)
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp* shows them) that listen on TCP `port`."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if int(local.rsplit(":", 1)[1], 16) == port and state == "0A":
+                found.add(local.rsplit(":", 1)[0])
+    return found
+
+
+def forged_ready(victim: int) -> bytes:
+    """A "ready" event naming another process, signed with a made-up key."""
+    body = {"node": 0, "local_rank": 0, "hostname": socket.gethostname(), "pid": victim, "starttime": "1",
+            "sampler": {"cpus": [0], "stat": None, "device": None}}  # fmt: skip
+    envelope = {"kind": "ready", "run": "0" * 16, "from": 0, "seq": 99, "body": body}
+    return (
+        Wire(b"k" * 32, "0" * 16, 0, 8)._mac("ckptqual/events", json.dumps(envelope).encode()).encode()
+        + b"\n"
+        + (json.dumps(envelope).encode())
+    )
+
+
+ATTACKS = {  # what the stranger does, and how the run's failure line must begin
+    "pickle-event": (
+        lambda client, payload, victim: client.queue_push("ckptqual/events", payload),
+        "the controller refused a message in ckptqual/events from an unknown sender: it has no valid signature",
+    ),
+    "run-key": (
+        lambda client, payload, victim: client.set("ckptqual/run", payload),
+        "the controller found the run's settings in ckptqual/run replaced by an unknown sender",
+    ),
+    "own-tasks": (
+        lambda client, payload, victim: [client.queue_push(f"ckptqual/tasks/{rank}", payload) for rank in range(8)],
+        "rank ",  # the worker that popped it refused it, naming itself
+    ),
+    "forged-ready": (
+        lambda client, payload, victim: client.queue_push("ckptqual/events", forged_ready(victim)),
+        "the controller refused a message in ckptqual/events from an unknown sender: it has no valid signature",
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_a_stranger_on_the_controllers_port_is_refused_reported_never_executed_and_the_run_is_not_qualified(
+    two_nodes, tmp_path, attack
+):
+    """A real TCPStore client on 127.0.0.1, without the run's secret, writes into the running controller's store: a
+    pickle into the events, over the run's settings, into every rank's task queue, or a "ready" naming another
+    process. Nothing of it runs, the run fails naming the refusal, and no process is signalled."""
+    run = two_nodes("--checkpoints-per-pass", "50", "--passes", "1", tests=("test_fill.py",))
+    run.suite.wait_for("ckptqual: pass 1 checkpoint 1/50")
+    assert listening_addresses(run.port) == {"0100007F"}, run.output()  # 127.0.0.1 only, not every interface
+    marker, victim = tmp_path / "payload-ran", subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        client = torch.distributed.TCPStore("127.0.0.1", run.port, is_master=False, timeout=timedelta(seconds=30))
+        act, refusal = ATTACKS[attack]
+        act(client, pickle.dumps(Payload(f"touch {marker}")), victim.pid)
+        code, launches = run.finish(timeout_s=240)
+        data = run.data()
+        assert code != 0 and data["verdict"]["overall"] != "QUALIFIED", run.output()
+        message = data["tests"]["tests_qual/test_fill.py::test_fill_pass[1]"]["message"]
+        assert refusal in message and "the run was stopped" in message, message
+        if attack == "own-tasks":
+            assert "refused a message in ckptqual/tasks/" in message and "from an unknown sender: it has" in message, (
+                message
+            )
+        assert not marker.exists() and victim.poll() is None  # the payload never ran; the named process lives
+        assert launches == [1, 1] and processes_of(run.run_id) == {}, run.output()
+        assert data["cleanup"]["removed"] is True and list(run.target.iterdir()) == []
+    finally:
+        victim.kill()
+        victim.wait()
+
+
 def test_nodes_started_with_the_wrong_rank_count_are_refused_with_the_command_to_use(two_nodes):
     run = two_nodes(per_node=3)  # 6 ranks in all, for a plan of 8
     code, launches = run.finish()
@@ -274,27 +365,39 @@ def test_nodes_must_split_the_ranks_and_name_the_controller_and_the_host_limit_c
         resolve_settings({**tiny, "nodes": "2"})
     with pytest.raises(SettingsError, match=r"^--controller 'node0': must be HOST:PORT with a port from 1 to 65535"):
         resolve_settings({**tiny, "nodes": "2", "controller": "node0"})
+    with pytest.raises(SettingsError, match=r"^--controller 'nohost\.invalid:29400': .* and a HOST that resolves"):
+        resolve_settings({**tiny, "nodes": "2", "controller": "nohost.invalid:29400"})  # at once, not in minutes
+    with pytest.raises(SettingsError, match=r"^--nodes 2: give --secret-file PATH, a file in a directory of yours"):
+        resolve_settings({**tiny, "nodes": "2", "controller": "127.0.0.1:29400"})
     huge = {"workload": "llama3-1t", "scale": "1e-7"}
     if host_rank_capacity() < 1024:  # not a host that runs them all
         with pytest.raises(SettingsError, match=r"^--workload llama3-1t: 1024 ranks, but this host can run at most"):
             resolve_settings(huge)
-    run = resolve_settings({**huge, "nodes": "128", "controller": "node0:29400"})  # 8 ranks per node fit any host
-    assert (run.nodes, run.controller, run.sources["nodes"]) == (128, "node0:29400", "command line")
+    secret = {"controller": "localhost:29400", "secret_file": "/tmp/job.secret"}
+    run = resolve_settings({**huge, "nodes": "128", **secret})  # 8 ranks per node fit any host
+    assert (run.nodes, run.controller, run.sources["nodes"]) == (128, "localhost:29400", "command line")
 
 
-def test_the_controller_tells_ranks_that_stopped_beating_from_live_ranks_that_are_busy(monkeypatch):
+def test_the_controller_tells_ranks_that_stopped_beating_from_live_ranks_that_are_busy(monkeypatch, tmp_path):
     """A node's death is told by its ranks' heartbeats, not by which ranks were quick to reply: a live rank still
     writing when a peer lost the group is not named (the CI failure of a survivor named "stopped answering")."""
     monkeypatch.setattr(cluster, "SILENT_S", 2.0)
-    port = free_port()
+    port, secret = free_port(), tmp_path / "job.secret"
+    run_id, key = write_secret(secret)
+    wire = Wire(key, run_id, CONTROLLER, 4)
     store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    watch = "import sys; from ckptqual.runs.node import _watch; _watch(sys.argv[1], int(sys.argv[2]))"
-    live = [subprocess.Popen([sys.executable, "-c", watch, f"127.0.0.1:{port}", str(rank)]) for rank in (0, 1)]
+    watch = (
+        "import sys; from ckptqual.runs.node import _watch; from ckptqual.runs.secret import read_secret; "
+        "from ckptqual.runs.wire import Wire; run, key = read_secret(sys.argv[3]); rank = int(sys.argv[2]); "
+        "_watch(sys.argv[1], Wire(key, run, rank, 4), rank)"
+    )
+    command = [sys.executable, "-c", watch, f"127.0.0.1:{port}"]
+    live = [subprocess.Popen([*command, str(rank), str(secret)]) for rank in (0, 1)]
     try:
         started_by = time.monotonic() + 60
-        while not all(store.add(beat_key(rank), 0) for rank in (0, 1)) and time.monotonic() < started_by:
+        while not store.check([beat_key(0), beat_key(1)]) and time.monotonic() < started_by:
             time.sleep(0.1)
-        pulse = Pulse(store, 4)  # ranks 2 and 3 never beat: their node is gone
+        pulse = Pulse(store, wire, 4)  # ranks 2 and 3 never beat: their node is gone
         assert pulse.silent() == set()  # nothing is silent before SILENT_S has passed
         deadline = time.monotonic() + 30
         while not pulse.silent() and time.monotonic() < deadline:
@@ -302,8 +405,15 @@ def test_the_controller_tells_ranks_that_stopped_beating_from_live_ranks_that_ar
         assert pulse.silent() == {2, 3}
         time.sleep(2.5)  # the live ranks go on beating however long they are busy
         assert pulse.silent() == {2, 3}
-        store.set(STOP, "")
-        assert [proc.wait(timeout=10) for proc in live] == [0, 0]  # each saw the stop and ended as planned
+        store.set(STOP, b"stop")  # a stop without the secret's signature: refused, told, and the watch goes on
+        store.set(beat_key(2), b"beat")  # and a beat nobody signed
+        with pytest.raises(RankFailure, match=r"^a message in ckptqual/beat/2 from an unknown sender: it has no valid"):
+            while True:
+                pulse.silent()
+                time.sleep(0.1)
+        assert [proc.poll() for proc in live] == [None, None]
+        store.set(STOP, wire.seal(STOP, "stop", {"reason": "", "planned": True}))
+        assert [proc.wait(timeout=10) for proc in live] == [0, 0]  # each saw the signed stop and ended as planned
     finally:
         for proc in live:
             proc.kill()

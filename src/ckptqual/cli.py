@@ -184,7 +184,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     nodes, serving the pytest process at HOST:PORT until it ends the run (and the process)."""
     from ckptqual.runs.node import serve  # torch.distributed loads only for this command
 
-    serve(setting("controller").from_command_line(args.controller))
+    serve(setting("controller").from_command_line(args.controller), Path(args.secret_file))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -228,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         "node", help="a rank worker of a run over several nodes, started by torchrun (README: Many nodes)"
     )
     node.add_argument("--controller", required=True, metavar="HOST:PORT", help="the run's --controller (node 0)")
+    node.add_argument("--secret-file", required=True, metavar="PATH", help="the run's --secret-file (mode 0600)")
     node.set_defaults(func=cmd_node)
     mlperf = commands.add_parser("mlperf", help="MLPerf Storage checkpoint metrics of runs and their mean")
     mlperf.add_argument("results", nargs="+", help="JSON files written by --results, runs of one setup")

@@ -240,6 +240,13 @@ def _check_host(plan: CheckpointPlan, values: Mapping[str, Any]) -> None:
     if ranks % nodes or (nodes > 1 and values["controller"] is None):
         fix = f"use a number that divides {ranks}" if ranks % nodes else "give --controller HOST:PORT (this host's)"
         raise SettingsError(f"--nodes {nodes}: the workload has {ranks} ranks, {ranks / nodes:g} per node; {fix}")
+    secret = values["secret_file"]
+    if nodes > 1 and (secret is None or not secret.parent.is_dir()):
+        where = "give" if secret is None else f"{secret.parent} is not a directory; give"
+        raise SettingsError(
+            f"--nodes {nodes}: {where} --secret-file PATH, a file in a directory of yours that every node sees, for "
+            f"the run's secret (README: Many nodes on one shared filesystem)"
+        )
     capacity, share = host_rank_capacity(), f"{ranks // nodes} ranks{' per node' if nodes > 1 else ''}"
     if ranks // nodes > capacity:
         raise SettingsError(

@@ -7,6 +7,7 @@ A new option is one row here plus the code that uses it.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,24 @@ def _engines() -> Collection[str]:
 
 
 COMMAND_LINE, DEFAULT = "command line", "default"
+
+
+def _resolves(address: Any) -> bool:
+    """Whether `address` is HOST:PORT whose HOST resolves (checked before any I/O: an unknown name fails at once)."""
+    if not ADDRESS.ok(address):
+        return False
+    host, _, port = address.rpartition(":")
+    try:
+        return bool(socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM))
+    except (OSError, UnicodeError):
+        return False
+
+
+CONTROLLER_ADDRESS = Kind(
+    _resolves,
+    "must be HOST:PORT with a port from 1 to 65535 and a HOST that resolves (a name in DNS or /etc/hosts, or an "
+    "address), e.g. 10.0.0.1:29410",
+)
 
 
 @dataclass(frozen=True)
@@ -141,8 +160,12 @@ SETTINGS: tuple[Setting, ...] = (
             "the parts of the run that run; the tests of the others are skipped, naming why"),
     Setting("nodes", "--nodes", None, whole(1, 4096), "1",
             "nodes whose torchrun workers share the plan's ranks, on one shared filesystem (README: Many nodes)"),
-    Setting("controller", "--controller", None, ADDRESS, None,
-            "with --nodes: HOST:PORT at which the nodes' workers reach this process, which listens on PORT",
+    Setting("controller", "--controller", None, CONTROLLER_ADDRESS, None,
+            "with --nodes: HOST:PORT at which the nodes' workers reach this process, which listens there only",
+            unset="none; --nodes 2 or more needs it"),
+    Setting("secret_file", "--secret-file", None, PATH, None,
+            "with --nodes: a file this process writes the run's secret to (mode 0600) and every node's `ckptqual node "
+            "--secret-file` reads, in a directory of yours that every node sees",
             unset="none; --nodes 2 or more needs it"),
 )  # fmt: skip
 

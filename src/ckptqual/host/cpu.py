@@ -11,6 +11,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 # /proc/stat columns after the name: user nice system idle iowait irq softirq steal (guest is inside user).
 _IDLE_COLUMNS = (3, 4)
@@ -98,12 +99,24 @@ class Mark:
 
 class HostSampler:
     """Samples the host at the edges of timed regions; `device_of` is a path on the drive under test (resolved once,
-    here). Picklable: a rank process takes its marks itself, right at the edges of its timed part."""
+    here). A rank process takes its marks itself, right at the edges of its timed part: the sampler travels to it
+    pickled through its own pipe on one host, and as plain data (to_data, from_data) from another node."""
 
     def __init__(self, device_of: Path | None = None) -> None:
         self.cpus = usable_cpus()
         self.stat = block_stat_path(device_of)
         self.device = device_name(self.stat) if self.stat else None
+
+    def to_data(self) -> dict[str, Any]:
+        return {"cpus": list(self.cpus), "stat": str(self.stat) if self.stat else None, "device": self.device}
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> HostSampler:
+        """The sampler of another host, as its to_data gave it (its figures are read there, never here)."""
+        sampler = cls.__new__(cls)
+        sampler.cpus, sampler.device = list(data["cpus"]), data["device"]
+        sampler.stat = Path(data["stat"]) if data["stat"] else None
+        return sampler
 
     def mark(self) -> Mark:
         return Mark(time.monotonic(), cpu_times(self.cpus), io_ticks_ms(self.stat))

@@ -14,9 +14,6 @@ host.
 from __future__ import annotations
 
 import contextlib
-import os
-import pickle
-import signal
 import socket
 import time
 from collections import Counter
@@ -54,14 +51,17 @@ from ckptqual.runs.ranks import (
     process_state,
     rank_timings,
 )
+from ckptqual.runs.secret import write_secret
+from ckptqual.runs.wire import CONTROLLER, Message, Refused, Wire, reply_of, task_body
 
 READS = ("read", "raw-read")  # operations whose ranks read what the next node wrote
 _POLL_S = 0.05
 SILENT_S = 10 * BEAT_S  # a rank whose heartbeat has not moved for this long is gone (or its host is)
 _STOP_GRACE_S = 5.0  # after the stop at the end of a run: time for the workers to go
-_LEAVE_WAIT_S = 2.0  # after any stop: more time for the workers to go, before those here are killed
+_LEAVE_WAIT_S = 2.0  # after any stop: more time for the workers to go
 _LATE_WAIT_S = 30.0  # after a stop before every rank had joined: time for the late ones to come and be told
-_KILL_WAIT_S = 2.0  # after SIGKILL: a worker still there then is stuck in the kernel and is abandoned
+_GONE_WAIT_S = 2.0  # after the store's server ended: time for a worker here still connected to see it and end
+EVENT_KINDS = ("ready", "unable", "reply", "lost", "refused", "gone")
 
 
 @dataclass(frozen=True)
@@ -97,11 +97,12 @@ class Worker:
 
 
 class Pulse:
-    """Which ranks' workers have stopped beating (runs.node._watch), as seen from the controller's store."""
+    """Which ranks' workers have stopped beating (runs.node._watch), as seen from the controller's store; a beat that
+    does not verify raises Refused."""
 
-    def __init__(self, store: dist.Store, ranks: int) -> None:
-        self._store, self._ranks = store, ranks
-        self._beats: dict[int, tuple[int, float]] = {}  # rank: (its count, when the controller saw it change)
+    def __init__(self, store: dist.Store, wire: Wire, ranks: int) -> None:
+        self._store, self._wire, self._ranks = store, wire, ranks
+        self._beats: dict[int, tuple[bytes, float]] = {}  # rank: (its last beat, when the controller saw it change)
         self._looked = -BEAT_S
 
     def silent(self) -> set[int]:
@@ -111,9 +112,12 @@ class Pulse:
         if now - self._looked >= BEAT_S:
             self._looked = now
             for rank in range(self._ranks):
-                count = self._store.add(beat_key(rank), 0)
-                if self._beats.get(rank, (None, 0.0))[0] != count:
-                    self._beats[rank] = (count, now)
+                key = beat_key(rank)
+                beat = self._store.get(key) if self._store.check([key]) else b""
+                if self._beats.get(rank, (None, 0.0))[0] != beat:
+                    if beat:
+                        self._wire.open(key, beat, {"beat"}, {rank})
+                    self._beats[rank] = (beat, now)
         return {rank for rank, (_, changed) in self._beats.items() if now - changed > SILENT_S}
 
 
@@ -124,9 +128,26 @@ def shifted_readers(workers: list[Worker], nodes: int) -> list[int]:
     return [place[(w.node + 1) % nodes, w.local_rank] for w in workers]
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on `port` of `host`'s address only (torch's TCPStore would listen on every interface)."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(socket.SOMAXCONN)
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
 class NodePool(Pool):
-    """Rank workers on `nodes` nodes, started there by torchrun with `ckptqual node --controller ADDRESS`; this process
-    listens at ADDRESS's port. `sampler` watches the controller's host (the read sweep runs here)."""
+    """Rank workers on `nodes` nodes, started there by torchrun with `ckptqual node --controller ADDRESS --secret-file
+    FILE`; this process writes the run's secret to FILE, then listens at ADDRESS only. Every message both ways is signed
+    and checked (runs.wire); one that is not refused fails the run. `sampler` watches the controller's host (the read
+    sweep runs here). The workers end themselves on the signed stop or once this process is gone: it starts none of
+    them, so it signals none."""
 
     def __init__(
         self,
@@ -135,30 +156,51 @@ class NodePool(Pool):
         ranks: int,
         seed: int,
         run_dir: Path,
+        secret_file: Path,
         timeout_s: float = 600.0,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         sampler: HostSampler | None = None,
     ) -> None:
         self.ranks, self.nodes, self.seed, self.timeout_s = ranks, nodes, seed, timeout_s
-        self.controller = controller
+        self.controller, self.secret_file = controller, secret_file
         self.sampler = sampler or HostSampler()
         self.stopped: str | None = None
         self.abandoned: list[str] = []
         self.workers: list[Worker] = []
         self._gone: set[int] = set()
+        self._refusals: list[str] = []  # what was refused, in order; the first fails the run
+        self._tasks = 0
+        run_id, secret = write_secret(secret_file)  # before listening: a worker reads it once it reaches this process
+        self._wire = Wire(secret, run_id, CONTROLLER, ranks)
         host, port = split_address(controller)
         try:
+            listener = listen(host, port)
+        except OSError as error:
+            raise RankFailure(
+                f"--controller {controller}: cannot listen there: {error.strerror}; give an address of this host and "
+                f"a free port",
+                "crash",
+            ) from None
+        try:  # the store's server takes the listening socket over, and closes it when it ends
             self._store: dist.TCPStore | None = dist.TCPStore(
-                host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60)
-            )
+                host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60),
+                master_listen_fd=listener.fileno(),
+            )  # fmt: skip
+            listener.detach()
         except (RuntimeError, ValueError) as error:
-            raise RankFailure(f"--controller {controller}: cannot listen there: {error}", "crash") from None
-        run = {"ranks": ranks, "nodes": nodes, "seed": seed, "run_dir": str(run_dir), "timeout_s": timeout_s}
-        self._store.set(RUN, pickle.dumps(run | {"chunk_bytes": chunk_bytes}))
+            listener.close()
+            raise RankFailure(
+                f"--controller {controller}: cannot listen there: {error}; give an address of this host and a free "
+                f"port",
+                "crash",
+            ) from None
+        run = {"ranks": ranks, "nodes": nodes, "seed_masked": self._wire.mask(seed), "run_dir": str(run_dir)}
+        self._run = self._wire.seal(RUN, "run", run | {"timeout_s": timeout_s, "chunk_bytes": chunk_bytes})
+        self._store.set(RUN, self._run)
         try:
             self._await_workers(max(timeout_s, START_TIMEOUT_S))
         except BaseException:
-            self.close()
+            self._shut_down()
             raise
         self._readers = shifted_readers(self.workers, nodes)
 
@@ -167,16 +209,19 @@ class NodePool(Pool):
         or wrong."""
         deadline = time.monotonic() + timeout_s
         while len(self.workers) < self.ranks:
-            for kind, rank, *body in self._events():
-                if kind == "ready" and "error" in body[0]:
-                    raise self._stop(f"rank {rank} could not start: {body[0]['error']}", "crash")
-                if kind == "ready":
-                    self.workers = sorted([*self.workers, Worker(rank, **body[0])], key=lambda w: w.rank)
+            for event in self._events():
+                if event.kind == "unable":
+                    raise self._stop(f"rank {event.sender} could not start: {event.body['error']}", "crash")
+                if event.kind == "ready":
+                    sampler = HostSampler.from_data(event.body["sampler"])
+                    worker = Worker(event.sender, **(event.body | {"sampler": sampler}))
+                    self.workers = sorted([*self.workers, worker], key=lambda w: w.rank)
             if time.monotonic() > deadline:
                 raise self._stop(
                     f"only {len(self.workers)} of {self.ranks} ranks joined within {timeout_s:g} s; start "
                     f"`torchrun --nnodes {self.nodes} --nproc-per-node {self.ranks // self.nodes} ... ckptqual node "
-                    f"--controller {self.controller}` on every node (README: Many nodes on one shared filesystem)",
+                    f"--controller {self.controller} --secret-file {self.secret_file}` on every node (README: Many "
+                    f"nodes on one shared filesystem)",
                     "crash",
                 )
             time.sleep(_POLL_S)
@@ -188,12 +233,33 @@ class NodePool(Pool):
                 "crash",
             )
 
-    def _events(self) -> list[tuple[Any, ...]]:
-        """What the workers posted since the last look; notes who has gone."""
+    def _events(self) -> list[Message]:
+        """What the workers posted since the last look, each verified; notes who has gone. A message that does not
+        verify, a worker's report that it refused one, or the run's settings replaced in the store stop the run."""
         store = self._store
-        events = [pickle.loads(store.queue_pop(EVENTS, False)) for _ in range(store.queue_len(EVENTS))]
-        self._gone |= {event[1] for event in events if event[0] == "gone"}
+        values = [store.queue_pop(EVENTS, False) for _ in range(store.queue_len(EVENTS))]
+        refusals, events = [], []
+        if not store.check([RUN]) or store.get(RUN) != self._run:
+            refusals.append(f"the controller found the run's settings in {RUN} replaced by an unknown sender")
+        for value in values:
+            try:
+                event = self._wire.open(EVENTS, value, EVENT_KINDS, range(self.ranks))
+            except Refused as refusal:
+                refusals.append(f"the controller refused {refusal}")
+                continue
+            if event.kind == "refused":
+                refusals.append(event.body["line"])
+            events.append(event)
+        self._gone |= {event.sender for event in events if event.kind == "gone"}
+        if refusals:
+            raise self._refused(refusals[0])
         return events
+
+    def _refused(self, line: str) -> RankFailure:
+        """Stops the run after a refused message (`line` says who refused what); the first refusal is its failure."""
+        self._refusals.append(line)
+        stopped = f"{line}; nothing in it was acted on, and the run was stopped"
+        return self._stop(stopped, "stopped") if self.stopped is None else Refused(line)
 
     def run(
         self,
@@ -207,14 +273,17 @@ class NodePool(Pool):
         """Every rank of every node does `op` from a common start; a read's ranks act as the ranks of the next node."""
         plans = self._plans(plans)
         acting = self._readers if op in READS else list(range(self.ranks))
+        self._tasks += 1
         try:
+            self._events()  # anything refused while no task ran stops the run before the next one
             for rank, as_rank in enumerate(acting):
                 task = Task(op, checkpoint, str(directory), plans[as_rank], options or {})
-                self._store.queue_push(task_queue(rank), pickle.dumps((as_rank, task)))
+                key = task_queue(rank)
+                self._store.queue_push(key, self._wire.seal(key, "task", task_body(self._tasks, as_rank, task)))
             replies = self._collect(what)
         except (KeyboardInterrupt, SystemExit):
             self.stopped = "the run was interrupted"
-            self.close(grace_s=0)
+            self._shut_down(grace_s=0)
             raise
         nodes = tuple(self._node_timing(node, replies, op) for node in range(self.nodes))
         ranks = rank_timings(replies, tuple(plans[rank] for rank in acting), [w.node for w in self.workers])
@@ -226,19 +295,27 @@ class NodePool(Pool):
         return NodeTiming(node, members[0].hostname, use, (node + 1) % self.nodes if op in READS else None)
 
     def _collect(self, what: str) -> list[dict[str, Any]]:
-        """Every rank's reply. Once a rank lost its peers, the ranks whose heartbeat stopped are named and the pool
-        stops; if every rank lost its peers, or at the timeout, it stops too."""
+        """Every rank's reply to the task just given. Once a rank lost its peers, the ranks whose heartbeat stopped are
+        named and the pool stops; if every rank lost its peers, or at the timeout, it stops too."""
         deadline = time.monotonic() + self.timeout_s
         replies: dict[int, dict[str, Any]] = {}
         lost: dict[int, str] = {}
-        pulse = Pulse(self._store, self.ranks)
+        pulse = Pulse(self._store, self._wire, self.ranks)
         while len(replies) < self.ranks or lost:
-            for kind, rank, *body in self._events():
-                if kind == "reply":
-                    replies[rank] = body[0]
-                elif kind == "lost":
-                    lost[rank] = body[0]
-            silent = pulse.silent() - set(lost) if lost else set()
+            for event in self._events():
+                if event.kind == "reply" and event.body["task"] != self._tasks:
+                    task = event.body["task"]
+                    raise self._refused(
+                        f"the controller refused rank {event.sender}'s reply to task {task}: it is not the task given"
+                    )
+                if event.kind == "reply":
+                    replies[event.sender] = reply_of(event.body["reply"])
+                elif event.kind == "lost":
+                    lost[event.sender] = event.body["line"]
+            try:
+                silent = pulse.silent() - set(lost) if lost else set()
+            except Refused as refusal:
+                raise self._refused(f"the controller refused {refusal}") from None
             if silent or len(lost) == self.ranks:
                 raise self._stop(self._lost_reason(what, lost, silent), "crash")
             if time.monotonic() > deadline:
@@ -270,21 +347,31 @@ class NodePool(Pool):
     def _stop(self, reason: str, fault: str) -> RankFailure:
         """Stops every worker after `reason`; later calls fail with it."""
         self.stopped = reason
-        self.close(grace_s=0)
+        self._shut_down(grace_s=0)
         return RankFailure(reason, fault)
 
     @property
     def pids(self) -> list[int]:
-        """The PIDs of the workers on this host."""
+        """The PIDs of the workers on this host, as they said (read, never signalled)."""
         return [w.pid for w in self.workers if w.here]
 
     def close(self, grace_s: float = _STOP_GRACE_S) -> None:
-        """Tells every worker to stop and waits for them to go; a worker on this host that does not is killed, one that
-        SIGKILL cannot end (stuck in the kernel) or one elsewhere that never said it went is named in `abandoned`."""
+        """Stops every worker (see _shut_down); a message refused meanwhile, after the run's last task, fails the run
+        here, since no task is left to fail."""
+        refused = len(self._refusals)
+        self._shut_down(grace_s)
+        if len(self._refusals) > refused and refused == 0:
+            raise RankFailure(f"{self._refusals[0]}; nothing in it was acted on, and the run was stopped", "stopped")
+
+    def _shut_down(self, grace_s: float = _STOP_GRACE_S) -> None:
+        """Tells every worker to stop (a signed stop) and waits for them to go, then ends the store's server, which
+        ends any worker still connected to it. A worker that did not say it went (or, here, is still in the process
+        table) is named in `abandoned`, with the command to find it."""
         if self._store is None:
             return
+        stop = {"reason": self.stopped or "", "planned": self.stopped is None}
         with contextlib.suppress(RuntimeError):
-            self._store.set(STOP, self.stopped or "")
+            self._store.set(STOP, self._wire.seal(STOP, "stop", stop))
         self.stopped = self.stopped or "they were closed"
         deadline = time.monotonic() + grace_s + (_LEAVE_WAIT_S if len(self.workers) == self.ranks else _LATE_WAIT_S)
         while not self._all_gone() and time.monotonic() < deadline:
@@ -295,24 +382,19 @@ class NodePool(Pool):
                 f"rank(s) {', '.join(map(str, unheard))} never reached this process; they end by themselves once they "
                 f"find it gone (within {CONNECT_TIMEOUT_S:g} s)"
             )
+        self._store = None  # the store's server ends with it: a worker still waiting on it ends too
         left = [w for w in self.workers if not w.gone(self._gone)]
-        for worker in (w for w in left if w.here):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker.pid, signal.SIGKILL)
-        deadline = time.monotonic() + _KILL_WAIT_S
+        deadline = time.monotonic() + _GONE_WAIT_S
         while any(w.here and w.state() != "gone" for w in left) and time.monotonic() < deadline:
             time.sleep(_POLL_S)
         self.abandoned += [self._abandoned(w) for w in left if not w.here or w.state() != "gone"]
-        self._store = None  # the store's server ends with it: a worker still waiting on it ends too
 
     def _all_gone(self) -> bool:
-        with contextlib.suppress(RuntimeError):
+        with contextlib.suppress(RuntimeError):  # a refusal is noted in _refusals; the others go on being told to stop
             self._events()
         joined = {w.rank for w in self.workers}
         return all(w.gone(self._gone) for w in self.workers) and set(range(self.ranks)) - joined <= self._gone
 
-    @staticmethod
-    def _abandoned(worker: Worker) -> str:
-        if worker.here:
-            return f"{worker} ({worker.state()}) did not end on SIGKILL"
-        return f"{worker} did not say it stopped; check that nothing of the run is left on node {worker.node}"
+    def _abandoned(self, worker: Worker) -> str:
+        find = f"find it on host {worker.hostname} with `pgrep -af 'ckptqual node --controller {self.controller}'`"
+        return f"{worker} did not end when told to stop ({worker.state()}); {find}"

@@ -1,19 +1,20 @@
-"""A node's rank workers, started by torchrun on every node (`ckptqual node --controller HOST:PORT`).
+"""A node's rank workers, started by torchrun on every node (`ckptqual node --controller HOST:PORT --secret-file F`).
 
 Each worker is one global rank of the plan: it joins the torchrun job's gloo group, takes its tasks from the
 controller's TCPStore (the pytest process on node 0, runs.cluster), meets every rank of every node at a gloo barrier,
 does the rank operation of runs.ranks and posts its reply. A worker ends when the controller says stop or is gone, and
 when the gloo group breaks (a node died): it then says which rank lost its peers, so that the controller fails the
-checkpoint at once, and exits, so that torchrun's agent on its node stops too.
+checkpoint at once, and exits, so that torchrun's agent on its node stops too. Every message it reads or puts in the
+store is signed with the run's secret (runs.wire); one that does not verify is refused and told, never acted on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import re
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -23,10 +24,13 @@ from typing import Any, NoReturn
 
 import torch.distributed as dist
 
+from ckptqual.host.beneath import PlantedEntry, RunTree
 from ckptqual.host.cpu import HostSampler
 from ckptqual.io.engines.base import RankIO
 from ckptqual.io.payload import PayloadGenerator
 from ckptqual.runs.ranks import RankFailure, Task, run_task
+from ckptqual.runs.secret import SecretError, read_secret
+from ckptqual.runs.wire import CONTROLLER, Refused, Wire, reply_data, task_of
 
 # Keys of the controller's store.
 RUN, STOP, EVENTS = "ckptqual/run", "ckptqual/stop", "ckptqual/events"
@@ -57,10 +61,27 @@ def connect(address: str, timeout_s: float) -> dist.TCPStore:
     return dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s))
 
 
-def post(store: dist.Store, *event: Any) -> None:
-    """Tells the controller `event`: ("ready", rank, info), ("reply", rank, reply), ("lost", rank, line), ("gone",
-    rank)."""
-    store.queue_push(EVENTS, pickle.dumps(event))
+class Link:
+    """This worker's side of one connection to the controller's store: every message it puts there sealed by `wire`
+    (its number taken and the value put under one lock, so that the numbers reach the controller in order)."""
+
+    def __init__(self, store: dist.Store, wire: Wire, rank: int) -> None:
+        self.store, self.wire, self.rank = store, wire, rank
+
+    def post(self, kind: str, body: dict[str, Any]) -> None:
+        """Tells the controller a `kind` event: ready, unable, reply, lost, refused or gone."""
+        with self.wire.lock:
+            self.store.queue_push(EVENTS, self.wire.seal(EVENTS, kind, body))
+
+    def beat(self) -> None:
+        key = beat_key(self.rank)
+        with self.wire.lock:
+            self.store.set(key, self.wire.seal(key, "beat", {}))
+
+    def refused(self, refusal: Refused) -> None:
+        """Tells the controller what this worker refused, naming itself, so that the run fails with it."""
+        where = f"rank {self.rank} on node {os.environ.get('GROUP_RANK', '?')} (host {socket.gethostname()})"
+        self.post("refused", {"line": f"{where} refused {refusal}"})
 
 
 def starttime(pid: int) -> str:
@@ -93,59 +114,77 @@ def _first_sentence(message: str) -> str:
     return re.sub(r"^\[[^\]]*\]\s*", "", message.strip().splitlines()[0]).split(". ")[0]
 
 
-def serve(controller: str) -> NoReturn:
+def serve(controller: str, secret_file: Path) -> NoReturn:
     """Runs this process's rank until the controller stops it, which ends the process (`_watch`: 0 when the run ended as
-    planned); one that cannot start tells the controller why and ends (2)."""
-    rank = int(os.environ["RANK"])
+    planned); one that cannot start tells the controller why and ends (2). The secret file is read once the controller
+    listens: it writes the run's secret before it does."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     store = connect(controller, CONNECT_TIMEOUT_S)
-    threading.Thread(target=_watch, args=(controller, rank), name="ckptqual-watch", daemon=True).start()
     try:
-        _serve(store, rank)
+        run_id, secret = read_secret(secret_file)
+    except SecretError as error:  # nothing can be said to the controller without the secret
+        print(f"ckptqual node: rank {rank}: {error}", file=sys.stderr, flush=True)
+        os._exit(2)
+    link = Link(store, Wire(secret, run_id, rank, world), rank)
+    threading.Thread(target=_watch, args=(controller, link.wire, rank), name="ckptqual-watch", daemon=True).start()
+    try:
+        _serve(link, world)
     except BaseException:  # said here; the process ends at once, never in interpreter exit beside the watch
         traceback.print_exc()
-        _leave(store, rank, 1)
+        _leave(link, 1)
 
 
-def _serve(store: dist.Store, rank: int) -> NoReturn:
+def _serve(link: Link, world: int) -> NoReturn:
     """The rank's life once it reaches the controller: checks, the gloo group, then task after task."""
-    world = int(os.environ["WORLD_SIZE"])
-    run = pickle.loads(store.get(RUN))
+    try:
+        run = link.wire.open(RUN, link.store.get(RUN), {"run"}, {CONTROLLER}).body
+    except Refused as refusal:
+        link.refused(refusal)
+        _leave(link, 2)
     run_dir = Path(run["run_dir"])
-    problem = _problem(world, run, run_dir)
+    tree, problem = _run_tree(world, run, run_dir)
     if problem:
-        post(store, "ready", rank, {"error": problem})
-        _leave(store, rank, 2)
+        link.post("unable", {"error": problem})
+        _leave(link, 2)
     dist.init_process_group("gloo", timeout=timedelta(seconds=run["timeout_s"]))
     sampler = HostSampler(run_dir)  # this node's CPUs and the block device under the target here
-    io = RankIO(PayloadGenerator(run["seed"]), rank=rank, chunk_bytes=run["chunk_bytes"])
-    post(store, "ready", rank, _identity(sampler))
+    seed = link.wire.mask(run["seed_masked"])
+    io = RankIO(PayloadGenerator(seed), rank=link.rank, chunk_bytes=run["chunk_bytes"])
+    link.post("ready", _identity(sampler))
     barrier = GroupBarrier()
     while True:
-        acting, task = _next_task(store, rank)
+        number, acting, task = _next_task(link, tree)
         io.rank, task.sampler = acting, sampler  # a shifted read acts as the rank whose files it reads
-        post(store, "reply", rank, run_task(io, task, barrier))
+        task.root = tree.reference  # every entry reached from the run directory this worker opened and checked
+        link.post("reply", {"task": number, "reply": reply_data(run_task(io, task, barrier))})
         if barrier.broken is None:
             with contextlib.suppress(RankFailure):
                 barrier.wait()  # every rank has replied: the group is whole, or a node was lost during the task
         if barrier.broken is not None:  # said, then left to the stop that follows: the others can say so too
-            post(store, "lost", rank, barrier.broken)
+            link.post("lost", {"line": barrier.broken})
             threading.Event().wait()
 
 
-def _problem(world: int, run: dict[str, Any], run_dir: Path) -> str | None:
-    """Why this rank cannot serve the run: torchrun started another number of ranks, or the target is not here."""
+def _run_tree(world: int, run: dict[str, Any], run_dir: Path) -> tuple[RunTree | None, str | None]:
+    """The run directory the controller announced, opened without following a symlink; or why this rank cannot serve
+    the run: torchrun started another number of ranks, or the target is not here."""
     ranks, nodes = run["ranks"], run["nodes"]
     if world != ranks:
-        return (
+        return None, (
             f"torchrun started {world} ranks in all (--nnodes x --nproc-per-node) but the plan has {ranks}; start it "
             f"with --nnodes {nodes} --nproc-per-node {ranks // nodes} on every node"
         )
-    if not run_dir.is_dir():
-        return (
+    try:
+        if not run_dir.is_absolute():
+            raise FileNotFoundError
+        return RunTree(run_dir), None
+    except PlantedEntry as planted:
+        return None, f"the run directory {planted} on host {socket.gethostname()}"
+    except OSError:
+        return None, (
             f"cannot see the run directory {run_dir} on host {socket.gethostname()}: the target must be one "
             f"filesystem shared by every node, mounted at the same path"
         )
-    return None
 
 
 def _identity(sampler: HostSampler) -> dict[str, Any]:
@@ -157,37 +196,73 @@ def _identity(sampler: HostSampler) -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "pid": pid,
         "starttime": starttime(pid),
-        "sampler": sampler,
+        "sampler": sampler.to_data(),
     }
 
 
-def _next_task(store: dist.Store, rank: int) -> tuple[int, Task]:
-    """The next (rank to act as, task) for `rank`; waits as long as the controller is there."""
-    store.set_timeout(timedelta(seconds=_IDLE_WAIT_S))
+def _next_task(link: Link, tree: RunTree) -> tuple[int, int, Task]:
+    """The next (task number, rank to act as, task) for this rank; waits as long as the controller is there. A task
+    that does not verify, or names a directory outside the run directory, is refused and told, never done."""
+    link.store.set_timeout(timedelta(seconds=_IDLE_WAIT_S))
+    key = task_queue(link.rank)
     while True:
         try:
-            return pickle.loads(store.queue_pop(task_queue(rank)))
+            value = link.store.queue_pop(key)
         except dist.DistStoreError:  # no task yet: the wait timed out (a lost controller raises DistNetworkError)
+            continue
+        try:
+            body = link.wire.open(key, value, {"task"}, {CONTROLLER}).body
+            task = task_of(body)
+            inside(tree, Path(task.directory))
+        except Refused as refusal:
+            link.refused(refusal)
+            continue
+        return body["number"], body["as_rank"], task
+
+
+def inside(tree: RunTree, directory: Path) -> None:
+    """Raises Refused unless `directory` lies in the run directory (no '..') and no entry on the way to it that is there
+    already is a symlink or other planted entry."""
+    try:
+        tree.parts(directory)
+    except ValueError:
+        raise Refused(f"a task naming {directory}: it is outside the run directory {tree.root}") from None
+    for reached in (directory, *directory.parents):
+        try:
+            with tree.directory(reached):
+                return
+        except PlantedEntry as planted:
+            raise Refused(f"a task naming {directory}: {planted}") from None
+        except FileNotFoundError:  # made by the task itself (a new checkpoint directory)
             continue
 
 
-def _watch(controller: str, rank: int) -> None:
+def _watch(controller: str, wire: Wire, rank: int) -> None:
     """Beats for this rank every BEAT_S, so that the controller tells a live rank from a dead one, and ends this process
-    once the controller says stop (0 when the run ended as planned) or is gone (1)."""
-    store = connect(controller, CONNECT_TIMEOUT_S)
-    code = 1
+    once the controller's signed stop comes (0 when the run ended as planned) or it is gone (1). A stop that does not
+    verify is refused and told, once per value, and the watch goes on."""
+    link = Link(connect(controller, CONNECT_TIMEOUT_S), wire, rank)
+    code, refused = 1, b""
     try:
-        while not store.check([STOP]):
-            store.add(beat_key(rank), 1)
+        while True:
+            if link.store.check([STOP]) and (value := link.store.get(STOP)) != refused:
+                try:
+                    stop = wire.open(STOP, value, {"stop"}, {CONTROLLER}).body
+                except Refused as refusal:
+                    link.refused(refusal)
+                    refused = value
+                else:
+                    code = 0 if stop["planned"] else 1
+                    break
+            link.beat()
             time.sleep(BEAT_S)
-        code = 0 if store.get(STOP) == b"" else 1
     finally:
-        _leave(store, rank, code)
+        _leave(link, code)
 
 
-def _leave(store: dist.Store, rank: int, code: int) -> NoReturn:
+def _leave(link: Link, code: int) -> NoReturn:
     """Tells the controller this rank is going, then ends the process at once (whatever its other thread is doing)."""
     try:
-        post(store, "gone", rank)
+        link.post("gone", {})
     finally:
         os._exit(code)

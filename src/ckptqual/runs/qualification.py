@@ -105,8 +105,8 @@ class Qualification:
         process at --controller (runs.cluster)."""
         settings, ranks = self.settings, len(self.settings.plan.ranks)
         if settings.nodes > 1:
-            args = (settings.controller, settings.nodes, ranks, settings.seed, self.run_dir, settings.rank_timeout_s)
-            return NodePool(*args, sampler=sampler)
+            args = (settings.controller, settings.nodes, ranks, settings.seed, self.run_dir, settings.secret_file)
+            return NodePool(*args, settings.rank_timeout_s, sampler=sampler)
         return RankPool(ranks, settings.seed, settings.rank_timeout_s, sampler=sampler, root=self.tree.reference)
 
     def declare(self, pattern: str, files: list[str]) -> None:
@@ -288,8 +288,10 @@ class Qualification:
         self._finished = True
         try:
             if self.pool is not None:
-                self.pool.close()
-                self.events.abandoned(self.pool.abandoned)
+                try:
+                    self.pool.close()  # a message refused after the last task fails the run here (runs.cluster)
+                finally:
+                    self.events.abandoned(self.pool.abandoned)
         finally:
             self._check_health()
             cleanup = self.space.close()

@@ -201,6 +201,7 @@ _OPERATIONS: dict[str, Callable[[RankIO, Task], int]] = {
     "raw-read": raw.read_sequential,
     "read": restore.read_checkpoint_files,
 }
+OPERATIONS = tuple(_OPERATIONS)  # the operations a task may name
 # Checks that follow an operation outside its timed region; their reply fields join the operation's.
 _AFTER_TIMING: dict[str, Callable[[RankIO, Task], dict[str, Any]]] = {"read": restore.load_sample}
 
@@ -343,13 +344,13 @@ def _death(proc: mp.process.BaseProcess) -> str:
 
 
 def end_processes(procs: list[mp.process.BaseProcess]) -> list[str]:
-    """SIGTERM, then SIGKILL, each with a short wait for all at once. A process still there after that is stuck in
-    the kernel: it is no longer tracked, so that neither this call nor interpreter exit waits for it. Returns one
-    line per process abandoned."""
-    for sig, wait_s in ((signal.SIGTERM, _TERM_WAIT_S), (signal.SIGKILL, _KILL_WAIT_S)):
-        for proc in procs:
-            with contextlib.suppress(ProcessLookupError, TypeError):
-                os.kill(proc.pid, sig)
+    """SIGTERM, then SIGKILL, each with a short wait for all at once, sent only to processes this one started. A
+    process still there after that is stuck in the kernel: it is no longer tracked, so that neither this call nor
+    interpreter exit waits for it. Returns one line per process abandoned."""
+    for end, wait_s in ((mp.process.BaseProcess.terminate, _TERM_WAIT_S), (mp.process.BaseProcess.kill, _KILL_WAIT_S)):
+        for proc in procs:  # through the process's own record: never a PID that may have passed to another process
+            with contextlib.suppress(ProcessLookupError, AttributeError):
+                end(proc)
         deadline = time.monotonic() + wait_s
         for proc in procs:
             proc.join(max(0.0, deadline - time.monotonic()))

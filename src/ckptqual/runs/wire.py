@@ -1,0 +1,347 @@
+"""The messages between the controller and the nodes' workers (runs.cluster, runs.node): signed JSON, checked.
+
+torch's TCPStore has no authentication: anything that reaches its port reads and writes every key. So every value the
+two sides put there is `HMAC-hex \\n JSON`: an HMAC-SHA256 under the run's secret over the store key it was put at and
+the JSON, which holds the kind, the run id, the sender, the sender's sequence number and a body of that kind's exact
+schema. A value that is too long, unsigned, of another run, a replay or of the wrong shape raises Refused before
+anything in it is used; nothing but JSON is ever decoded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import threading
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ckptqual.faults import RUN_FAULTS, TARGET_FAULTS
+from ckptqual.host.cpu import Mark
+from ckptqual.plan.model import DTYPE_BYTES, FilePlan, RankPlan, TensorSpec
+from ckptqual.runs.ranks import OPERATIONS, RankFailure, Task
+
+CONTROLLER = -1  # the sender number of the controller; a worker's is its global rank
+MAX_MESSAGE_BYTES = 4 << 20
+MAX_RANKS = 1 << 20
+MAX_TEXT = 1 << 16
+_MAC_HEX = 64
+
+
+class Refused(RankFailure):
+    """A message that is not one the run's own processes sent, or not of the shape its kind must have."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "stopped")
+
+
+class Schema:
+    """A check of a decoded JSON value: `check(value, where)` raises ValueError naming `where` and what is wrong."""
+
+    def __init__(self, check: Callable[[Any], bool], expected: str) -> None:
+        self._ok, self.expected = check, expected
+
+    def check(self, value: Any, where: str) -> None:
+        if not self._ok(value):
+            raise ValueError(f"{where} is {_shown(value)}, not {self.expected}")
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def integer(low: int, high: float = math.inf) -> Schema:
+    return Schema(lambda v: type(v) is int and low <= v <= high, f"a whole number from {low} to {high}")
+
+
+def real(low: float = 0.0) -> Schema:
+    ok = lambda v: type(v) in (int, float) and math.isfinite(v) and v >= low  # noqa: E731
+    return Schema(ok, f"a finite number >= {low:g}")
+
+
+def text(limit: int = MAX_TEXT) -> Schema:
+    return Schema(lambda v: type(v) is str and len(v) <= limit, f"a string of at most {limit} characters")
+
+
+def one_of(names: Collection[str]) -> Schema:
+    return Schema(lambda v: type(v) is str and v in names, f"one of {', '.join(sorted(names))}")
+
+
+def maybe(schema: Schema) -> Schema:
+    return Schema(lambda v: v is None or _passes(schema, v), f"null or {schema.expected}")
+
+
+def _passes(schema: Schema, value: Any) -> bool:
+    try:
+        schema.check(value, "")
+    except ValueError:
+        return False
+    return True
+
+
+class ListOf(Schema):
+    """A list of at most `limit` items of one schema (exactly `limit` where `exact`)."""
+
+    def __init__(self, item: Schema, limit: int, exact: bool = False) -> None:
+        super().__init__(lambda v: True, f"a list of {'exactly' if exact else 'at most'} {limit} items")
+        self.item, self.limit, self.exact = item, limit, exact
+
+    def check(self, value: Any, where: str) -> None:
+        if type(value) is not list or len(value) > self.limit or (self.exact and len(value) != self.limit):
+            raise ValueError(f"{where} is {_shown(value)}, not {self.expected}")
+        for index, item in enumerate(value):
+            self.item.check(item, f"{where}[{index}]")
+
+
+class Record(Schema):
+    """An object with exactly the keys of `fields` (those in `optional` may be left out)."""
+
+    def __init__(self, fields: Mapping[str, Schema], optional: Collection[str] = ()) -> None:
+        super().__init__(lambda v: True, f"an object with the keys {', '.join(fields)}")
+        self.fields, self.optional = dict(fields), set(optional)
+
+    def check(self, value: Any, where: str) -> None:
+        if type(value) is not dict:
+            raise ValueError(f"{where} is {_shown(value)}, not an object")
+        unknown = sorted(set(value) - set(self.fields))
+        missing = sorted(set(self.fields) - set(value) - self.optional)
+        if unknown or missing:
+            raise ValueError(f"{where} has {'the unknown key' if unknown else 'no key'} {(unknown or missing)[0]!r}")
+        for key, item in value.items():
+            self.fields[key].check(item, f"{where}.{key}")
+
+
+class Either(Schema):
+    """A value of the first schema whose `tag` key it holds."""
+
+    def __init__(self, tag: str, first: Record, second: Record) -> None:
+        super().__init__(lambda v: True, f"{first.expected}, or {second.expected}")
+        self.tag, self.first, self.second = tag, first, second
+
+    def check(self, value: Any, where: str) -> None:
+        chosen = self.first if type(value) is dict and self.tag in value else self.second
+        chosen.check(value, where)
+
+
+RUN_ID = Schema(lambda v: type(v) is str and 0 < len(v) <= 64 and v.isalnum(), "a run id of letters and digits")
+_MARK = Record({"wall": real(), "cpu": ListOf(integer(0), 2, exact=True), "io_ms": maybe(integer(0))})
+_SAMPLER = Record({"cpus": ListOf(integer(0), 1 << 16), "stat": maybe(text(4096)), "device": maybe(text(256))})
+_TENSOR = Record({"name": text(4096), "numel": integer(0), "dtype": one_of(DTYPE_BYTES)})
+_FILE = Record({"path": text(4096), "tensors": ListOf(_TENSOR, 1 << 20)})
+_OPTIONS = Record({"engine": text(64), "bytes_per_rank": integer(0)}, optional=("engine", "bytes_per_rank"))
+_DONE = Record(
+    {
+        "start": real(),
+        "end": real(),
+        "bytes": integer(0),
+        "payload_cpu_s": real(),
+        "cpu_s": real(),
+        "marks": ListOf(_MARK, 2, exact=True),
+        "torch_load_sampled": integer(0, 1),
+        "torch_load_sampled_s": real(),
+    },
+    optional=("torch_load_sampled", "torch_load_sampled_s"),
+)
+_FAILED = Record(
+    {
+        "error": text(),
+        "fault": one_of(TARGET_FAULTS + RUN_FAULTS),
+        "errno": maybe(integer(0)),
+        "trace": text(1 << 20),
+    },
+    optional=("trace",),
+)
+
+
+def body_schemas(ranks: int) -> dict[str, Record]:
+    """Each kind's body, for a run of `ranks` ranks."""
+    rank = integer(0, ranks - 1)
+    return {
+        "run": Record(
+            {
+                "ranks": integer(1, MAX_RANKS),  # a worker checks it against its torchrun's, saying how to fix it
+                "nodes": integer(1, MAX_RANKS),
+                "seed_masked": integer(0, 2**64 - 1),
+                "run_dir": text(4096),
+                "timeout_s": real(),
+                "chunk_bytes": integer(1),
+            }
+        ),
+        "task": Record(
+            {
+                "number": integer(0),
+                "op": one_of(OPERATIONS),
+                "as_rank": rank,
+                "checkpoint": integer(0),
+                "directory": text(4096),
+                "plan": maybe(Record({"rank": integer(0), "files": ListOf(_FILE, 1 << 20)})),
+                "options": _OPTIONS,
+            }
+        ),
+        "stop": Record({"reason": text(), "planned": Schema(lambda v: type(v) is bool, "true or false")}),
+        "ready": Record(
+            {
+                "node": integer(0, ranks - 1),
+                "local_rank": integer(0, ranks - 1),
+                "hostname": text(256),
+                "pid": integer(1),
+                "starttime": text(32),
+                "sampler": _SAMPLER,
+            }
+        ),
+        "unable": Record({"error": text()}),
+        "reply": Record({"task": integer(0), "reply": Either("error", _FAILED, _DONE)}),
+        "lost": Record({"line": text()}),
+        "refused": Record({"line": text()}),
+        "gone": Record({}),
+        "beat": Record({}),
+    }
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message that verified: its kind, sender (CONTROLLER or a rank), sequence number and checked body."""
+
+    kind: str
+    sender: int
+    seq: int
+    body: dict[str, Any]
+
+
+class Wire:
+    """Seals and opens the messages of one run (`run_id`, `secret`) for one party (`me`) of a run of `ranks` ranks.
+
+    Sealing numbers this party's messages 1, 2, ...; opening accepts from each sender at each key only a number above
+    the last it accepted there (`same_ok`: or equal to it, for a value read again that was not replaced)."""
+
+    def __init__(self, secret: bytes, run_id: str, me: int, ranks: int) -> None:
+        self._secret, self.run_id, self.me, self.ranks = secret, run_id, me, ranks
+        self._schemas = body_schemas(ranks)
+        self._sent = 0
+        self._seen: dict[tuple[int, str], int] = {}
+        self.lock = threading.Lock()  # held by a sender across sealing and putting, so numbers reach the store in order
+
+    def seal(self, key: str, kind: str, body: Mapping[str, Any]) -> bytes:
+        """The signed value of a `kind` message with `body`, to be put at `key`."""
+        self._schemas[kind].check(body, kind)  # a bug of our own is caught where it is made
+        self._sent += 1
+        envelope = {"kind": kind, "run": self.run_id, "from": self.me, "seq": self._sent, "body": body}
+        payload = json.dumps(envelope, separators=(",", ":"), allow_nan=False).encode()
+        return self._mac(key, payload).encode() + b"\n" + payload
+
+    def open(self, key: str, value: bytes, kinds: Collection[str], senders: Collection[int], same_ok: bool = False):
+        """The message in `value` read at `key`, which must be of one of `kinds` from one of `senders`; raises Refused
+        saying who sent it (or "an unknown sender", where the signature does not verify) and what is wrong."""
+        where = f"a message in {key}"
+        if len(value) > MAX_MESSAGE_BYTES:
+            raise Refused(f"{where} from an unknown sender: it is {len(value):,} bytes, over {MAX_MESSAGE_BYTES:,}")
+        mac, newline, payload = value[:_MAC_HEX], value[_MAC_HEX : _MAC_HEX + 1], value[_MAC_HEX + 1 :]
+        if newline != b"\n" or not hmac.compare_digest(mac, self._mac(key, payload).encode()):
+            raise Refused(f"{where} from an unknown sender: it has no valid signature of this run")
+        try:
+            envelope = json.loads(payload, parse_constant=_no_constant, object_pairs_hook=_unique)
+            _ENVELOPE.check(envelope, "message")
+        except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise Refused(f"{where}: it is malformed: {error}") from None
+        sender, seq, kind = envelope["from"], envelope["seq"], envelope["kind"]
+        who = "the controller" if sender == CONTROLLER else f"rank {sender}"
+        problem = self._problem(envelope, kinds, senders, (sender, key), same_ok)
+        if problem:
+            raise Refused(f"{where} from {who}: it {problem}")
+        try:
+            self._schemas[kind].check(envelope["body"], kind)
+        except ValueError as error:
+            raise Refused(f"{where} from {who}: it is malformed: {error}") from None
+        self._seen[sender, key] = seq
+        return Message(kind, sender, seq, envelope["body"])
+
+    def _problem(
+        self, envelope: dict[str, Any], kinds: Collection[str], senders: Collection[int], channel: tuple, same_ok: bool
+    ) -> str | None:
+        """What makes a signed envelope one this party must refuse, or None."""
+        if envelope["run"] != self.run_id:
+            return f"is of another run ({envelope['run']}, this is {self.run_id})"
+        if envelope["kind"] not in kinds:
+            return f"is of the kind {envelope['kind']!r}, where only {', '.join(sorted(kinds))} may be"
+        if envelope["from"] not in senders:
+            return "was sent by a party that may not write there"
+        last = self._seen.get(channel, 0)
+        if envelope["seq"] < last or (envelope["seq"] == last and not same_ok):
+            return f"is a replay (number {envelope['seq']}, after {last})"
+        return None
+
+    def _mac(self, key: str, payload: bytes) -> str:
+        return hmac.new(self._secret, key.encode() + b"\0" + payload, hashlib.sha256).hexdigest()
+
+    def mask(self, seed: int) -> int:
+        """`seed` masked (and unmasked) with a key derived from the secret, so that it never travels in clear."""
+        derived = hmac.new(self._secret, b"ckptqual seed " + self.run_id.encode(), hashlib.sha256).digest()
+        return seed ^ int.from_bytes(derived[:8], "big")
+
+
+_ENVELOPE = Record(
+    {
+        "kind": text(32),
+        "run": RUN_ID,
+        "from": integer(CONTROLLER),
+        "seq": integer(1),
+        "body": Schema(lambda v: type(v) is dict, "an object"),
+    }
+)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"the key {next(k for k in keys if keys.count(k) > 1)!r} appears twice")
+    return dict(pairs)
+
+
+def task_body(number: int, as_rank: int, task: Task) -> dict[str, Any]:
+    """A task as plain data: which task it is and the rank whose part it acts as."""
+    plan = task.plan
+    files = [{"path": f.path, "tensors": [vars(t) for t in f.tensors]} for f in plan.files] if plan else None
+    return {
+        "number": number,
+        "op": task.op,
+        "as_rank": as_rank,
+        "checkpoint": task.checkpoint,
+        "directory": task.directory,
+        "plan": {"rank": plan.rank, "files": files} if plan else None,
+        "options": dict(task.options),
+    }
+
+
+def task_of(body: Mapping[str, Any]) -> Task:
+    """The Task of a checked task body (a plan file path with ".." or a leading "/" raises Refused)."""
+    plan = body["plan"]
+    try:
+        files = tuple(
+            FilePlan(f["path"], tuple(TensorSpec(t["name"], t["numel"], t["dtype"]) for t in f["tensors"]))
+            for f in plan["files"]
+        ) if plan else ()  # fmt: skip
+    except ValueError as error:
+        raise Refused(f"a task from the controller: it is malformed: {error}") from None
+    rank_plan = RankPlan(plan["rank"], files) if plan else None
+    return Task(body["op"], body["checkpoint"], body["directory"], rank_plan, dict(body["options"]))
+
+
+def reply_data(reply: Mapping[str, Any]) -> dict[str, Any]:
+    """A rank's reply (runs.ranks.run_task) as plain data: its marks as objects."""
+    if "marks" not in reply:
+        return dict(reply)
+    return {**reply, "marks": [vars(mark) | {"cpu": list(mark.cpu)} for mark in reply["marks"]]}
+
+
+def reply_of(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The reply runs.ranks reads, of a checked reply body."""
+    if "marks" not in data:
+        return dict(data)
+    return {**data, "marks": tuple(Mark(m["wall"], tuple(m["cpu"]), m["io_ms"]) for m in data["marks"])}
