@@ -2,8 +2,10 @@
 one schema (report/schema.py): a real record, mutated key by key (null, a string, a list, a number, NaN, removed),
 is refused in one line naming the key with exit 2, or, where the schema allows the value, read without a traceback.
 
-The record is a real run's (tests/data/results/loop-ext4-1.json, see tests/test_compare.py); a mapping of alike
-entries (the tests by node ID) is mutated through its first entry, a list through its first item."""
+The record is a real built-in run's on a loop-mounted ext4 (tests/data/results/loop-ext4-devices.json: `pytest
+tests_qual --workload llama3-8b --scale 0.0009 --sweep-file-bytes 64M`), with the device byte counts of every timed
+region and the cleanup's account; a mapping of alike entries (the tests by node ID) is mutated through its first
+entry, a list through its first item."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from ckptqual.report.figures import draw_all
 from ckptqual.report.html import render
 from ckptqual.report.schema import key_path, shape_problem
 
-RECORD = Path(__file__).parent / "data" / "results" / "loop-ext4-1.json"
+RECORD = Path(__file__).parent / "data" / "results" / "loop-ext4-devices.json"
 DATA = json.loads(RECORD.read_text())
 REMOVED = object()
 KINDS: dict[str, Any] = {

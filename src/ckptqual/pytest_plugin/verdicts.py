@@ -207,7 +207,10 @@ def _drive_verdict(session: pytest.Session, run: DriveRun, interruption: str | N
     interruption; kept in its record."""
     record = run.record
     if interruption and run.qualification is not None:
-        run.qualification.close()
+        try:
+            run.qualification.close()
+        except RunError as failure:  # e.g. a message refused while the interrupted run stopped: recorded, no traceback
+            record.error(str(failure))
     if interruption:
         _report_unfinished(session, run, interruption)
     _health_test(run)
