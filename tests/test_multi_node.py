@@ -369,7 +369,7 @@ def test_nodes_must_split_the_ranks_and_name_the_controller_and_the_host_limit_c
         resolve_settings({**tiny, "nodes": "2", "controller": "nohost.invalid:29400"})  # at once, not in minutes
     with pytest.raises(SettingsError, match=r"^--nodes 2: give --secret-file PATH, a file in a directory of yours"):
         resolve_settings({**tiny, "nodes": "2", "controller": "127.0.0.1:29400"})
-    huge = {"workload": "llama3-1t", "scale": "1e-7"}
+    huge = {"workload": "llama3-1t", "scale": "1e-6"}
     if host_rank_capacity() < 1024:  # not a host that runs them all
         with pytest.raises(SettingsError, match=r"^--workload llama3-1t: 1024 ranks, but this host can run at most"):
             resolve_settings(huge)

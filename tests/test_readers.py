@@ -451,7 +451,7 @@ def test_a_gpu_transfer_without_a_gpu_is_skipped_with_its_reason(tmp_path, libcu
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--sweep-threads", "0"], "ERROR: --sweep-threads '0': item 1: must be a whole number >= 1"),
+        (["--sweep-threads", "0"], "ERROR: --sweep-threads '0': item 1: must be a whole number from 1 to 4096"),
         (
             ["--transfer", "gpu"],
             "ERROR: --transfer 'gpu': item 1: unknown transfer; use one of gpu-direct, cpu-gpu, cpu-only",

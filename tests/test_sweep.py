@@ -41,8 +41,8 @@ def test_options_parse_lists():
 @pytest.mark.parametrize(
     ("name", "text", "expected"),
     [
-        ("sweep_threads", "0", r"^--sweep-threads '0': item 1: must be a whole number >= 1$"),
-        ("sweep_threads", "4,-1", r"'4,-1': item 2: must be a whole number >= 1"),
+        ("sweep_threads", "0", r"^--sweep-threads '0': item 1: must be a whole number from 1 to 4096$"),
+        ("sweep_threads", "4,-1", r"'4,-1': item 2: must be a whole number from 1 to 4096"),
         ("sweep_threads", "four", r"'four': item 1: must be a whole number"),
         ("sweep_threads", "4,4", r"lists a value twice; list each once"),
         ("sweep_threads", "4,,1", r"'4,,1': item 2: must be a whole number"),

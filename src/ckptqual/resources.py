@@ -7,8 +7,6 @@ import os
 import stat
 from pathlib import Path
 
-from ckptqual.host.beneath import kind_of
-
 _PACKAGE = Path(__file__).resolve().parent
 _CHECKOUT = _PACKAGE.parents[1]
 
@@ -39,6 +37,21 @@ def resolve(name_or_path: str, directory: str, what: str) -> Path:
         names = ", ".join(available) or "(none)"
         raise LookupError(f"unknown {what} {name_or_path!r}; available: {names} (or give a path to a .toml file)")
     return available[name_or_path]
+
+
+_KINDS = {
+    stat.S_IFREG: "a regular file",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def kind_of(mode: int) -> str:
+    """The kind of file an st_mode says, in words ("a FIFO")."""
+    return _KINDS.get(stat.S_IFMT(mode), "an unknown kind of file")
 
 
 def read_text_file(path: Path, max_bytes: int) -> str:

@@ -15,15 +15,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from ckptqual.resources import kind_of
+
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_KINDS = {
-    stat.S_IFREG: "a regular file",
-    stat.S_IFDIR: "a directory",
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-}
 
 
 class PlantedEntry(OSError):
@@ -50,11 +44,6 @@ def what_is(parent_fd: int, name: str) -> str:
     if stat.S_ISLNK(mode):
         return f"is a symlink to {os.readlink(name, dir_fd=parent_fd)}"
     return f"is {kind_of(mode)}"
-
-
-def kind_of(mode: int) -> str:
-    """The kind of file an st_mode says, in words ("a FIFO")."""
-    return _KINDS.get(stat.S_IFMT(mode), "an unknown kind of file")
 
 
 class RunTree:

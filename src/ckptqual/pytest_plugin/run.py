@@ -85,8 +85,8 @@ def subject_of(item: pytest.Item) -> str:
     params = getattr(getattr(item, "callspec", None), "params", {})
     if "fill_pass" in params:
         return f"pass {params['fill_pass']}"
-    if "sweep_cell" in params:
-        return f"sweep {params['sweep_cell'].id}"
+    if "sweep_cell" in params:  # NOTSET, with no id, where settings that did not resolve gave no cells
+        return f"sweep {getattr(params['sweep_cell'], 'id', 'cell')}"
     return getattr(item, "originalname", item.name).removeprefix("test_").replace("_", " ")
 
 
