@@ -88,8 +88,12 @@ def foreign_entries(target: Path) -> list[str]:
 
 
 def _is_ours(entry: Path) -> bool:
+    """Whether `entry` is ckptqual's; one gone since it was listed (another run's cleanup removed it) is no one's."""
     if entry.name in (TARGET_MARKER, LOCK_FILE):
-        return stat.S_ISREG(entry.lstat().st_mode)
+        try:
+            return stat.S_ISREG(entry.lstat().st_mode)
+        except FileNotFoundError:
+            return True
     return entry.name == _TOLERATED or is_run_dir(entry)
 
 
