@@ -239,13 +239,17 @@ def test_a_worker_killed_in_teardown_leaves_its_measurements_in_the_drives_resul
     assert "replacing crashed worker" in suite.output()
     first = results(out / "q.first.json")
     assert len(first["checkpoints"]) == 16, first["checkpoints"]  # 2 passes of 8, as the dead worker wrote them
-    assert {test["subject"]: test["outcome"] for test in first["tests"].values()}["pass 2"] == "PASS"
+    # pass 2 was judged by the dead worker (on a loaded host it may come out INVALID, host-bound): whatever its
+    # outcome, the file, the index and the JUnit say the same, and none of them says it was not run.
+    pass_2 = {test["subject"]: test["outcome"] for test in first["tests"].values()}["pass 2"]
+    assert pass_2 in ("PASS", "MARGINAL", "FAIL", "NOT_STEADY", "INVALID"), pass_2
     assert first["verdict"]["overall"] == "INCOMPLETE" and "crashed while running" in first["verdict"]["reasons"][0]
     index = results(out / "q.json")
     assert index["drives"]["first"]["verdict"] == first["verdict"]
-    assert index["drives"]["first"]["outcomes"]["pass 2"] == "PASS"
+    assert index["drives"]["first"]["outcomes"]["pass 2"] == pass_2
     cases = junit_cases(out / "q.xml")
-    assert cases["test_fill_pass[first-2]"]["outcome"] == "passed"
+    junit_pass_2 = "passed" if pass_2 in ("PASS", "MARGINAL") else "failure"
+    assert cases["test_fill_pass[first-2]"]["outcome"] == junit_pass_2, (pass_2, cases["test_fill_pass[first-2]"])
     assert cases["verdict[first]"]["outcome"] == "failure"
     assert first["verdict"]["reasons"][0] in cases["verdict[first]"]["message"]
     assert results(out / "q.second.json")["verdict"]["overall"] != "INCOMPLETE"
