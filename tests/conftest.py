@@ -40,9 +40,13 @@ def loop_ext4(tmp_path) -> Iterator[Callable[[str], Path]]:
         point = tmp_path / f"ext4-{len(mounted)}"
         point.mkdir()
         subprocess.run(["truncate", "-s", size, str(image)], check=True)
-        made = subprocess.run(["mkfs.ext4", "-q", "-F", *mkfs, str(image)], capture_output=True)
         mount = ["mount", "-o", ",".join(["loop", *filter(None, [options])]), str(image), str(point)]
-        if made.returncode or subprocess.run(mount).returncode:
+        try:
+            made = subprocess.run(["mkfs.ext4", "-q", "-F", *mkfs, str(image)], capture_output=True)
+            mounted_now = not made.returncode and not subprocess.run(mount).returncode
+        except FileNotFoundError:  # mkfs.ext4 (e2fsprogs) or mount is not on PATH
+            mounted_now = False
+        if not mounted_now:
             pytest.skip("cannot make and loop-mount an ext4 filesystem here (needs root, mkfs.ext4, loop devices)")
         mounted.append(point)
         return point
