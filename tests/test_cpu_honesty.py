@@ -156,8 +156,9 @@ IMPOSSIBLE = """
 [[limit]]
 name = "fill_throughput"
 min = 1000
-unit = "GB/s"
-source = "test: a rate no drive reaches"
+unit = "ratio"
+relative_to = "raw_write"
+source = "test: a thousand times the raw write, which no drive reaches"
 """
 
 
@@ -171,7 +172,7 @@ def test_the_suite_on_a_saturated_host_says_invalid_not_unqualified(tmp_path, bu
     assert data["verdict"]["overall"] == "INVALID", data["verdict"]
     first = next(t for t in data["tests"].values() if t["subject"] == "pass 1")
     assert first["outcome"] == "INVALID"
-    assert "fill_throughput" in first["message"] and "< min 1000 GB/s" in first["message"]
+    assert "fill_throughput" in first["message"] and "< min 1000 of raw_write" in first["message"]
     assert "not judged: host-bound: ranks used" in first["message"]
     assert data["passes"][0]["host_bound"] and data["passes"][0]["cpu_s_per_GB"] > 0
     lenient = [m for m in data["measurements"] if m.get("limit_value") == 0.001]

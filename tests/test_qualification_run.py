@@ -136,7 +136,8 @@ def test_a_failing_limit_fails_the_pass_with_value_limit_and_unit(tmp_path):
 [[limit]]
 name = "fill_throughput"
 min = 1000
-unit = "GB/s"
+unit = "ratio"
+relative_to = "raw_write"
 source = "an impossible limit, to see the failure"
 """
     )
@@ -160,7 +161,7 @@ source = "an impossible limit, to see the failure"
     )
     assert result.returncode == 1
     failure = next(ElementTree.parse(tmp_path / "q.xml").iter("failure")).get("message")
-    assert "fill_throughput" in failure and "< min 1000 GB/s" in failure and "an impossible limit" in failure
+    assert "fill_throughput" in failure and "< min 1000 of raw_write" in failure and "an impossible limit" in failure
     assert list(target.iterdir()) == []
 
 

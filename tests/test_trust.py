@@ -70,9 +70,10 @@ def test_a_pass_that_fails_its_limit_and_the_steady_state_shows_both_and_is_not_
 [[limit]]
 name = "fill_throughput"
 min = 1000
-unit = "GB/s"
+unit = "ratio"
+relative_to = "raw_write"
 where = { state = "steady" }
-source = "test: no drive writes a terabyte a second"
+source = "test: no drive writes a thousand times its own raw rate"
 """
     drive = lenient_drive(tmp_path / "d.toml", "strict", impossible)
     drive.write_text(drive.read_text().replace("passes = 3\n", "passes = 3\nrequire_steady_state = true\n"))
@@ -81,7 +82,7 @@ source = "test: no drive writes a terabyte a second"
     message = junit_cases(tmp_path / "q.xml")["test_fill_pass[2]"]["message"]
     outcome = message.split(":")[0].removeprefix("pass 2 ")
     assert missed_limit(outcome, message), message
-    assert "fill_throughput" in message and "< min 1000 GB/s" in message
+    assert "fill_throughput" in message and "< min 1000 of raw_write" in message
     assert "SNIA steady state, required by the drive file: needs 5 rounds, got 2" in message
     rows = [line.split() for line in done.stdout.splitlines() if line.strip().startswith(("1 ", "2 "))]
     assert [row[-1] for row in rows[-2:]] == ["PASS", outcome]  # the summary shows what the test decided

@@ -1,5 +1,5 @@
 """The one space check, before any I/O: what the parts of the run that will run need on the target at once, in bytes
-and in inodes.
+and in inodes; beside it, the check that every absolute minimum throughput is one this host can measure.
 
 The raw baseline is written and removed first, alone. Then the fill's checkpoints stay until the end, and beside
 them the read sweep's files and the odd layouts (each with its regular twin) come and go one after the other. A run
@@ -19,6 +19,7 @@ from ckptqual.config.run_settings import RunSettings, TargetProblem, minimum_sca
 from ckptqual.config.table import COMMAND_LINE, setting
 from ckptqual.config.values import SettingsError
 from ckptqual.host.target import describe_leftovers
+from ckptqual.limits.ceiling import Ceiling, limits_above
 from ckptqual.limits.units import format_size
 from ckptqual.plan.footprint import RESERVE_BYTES, checkpoint_footprint_bytes
 from ckptqual.plan.model import CheckpointPlan
@@ -109,6 +110,19 @@ def check_inodes(run: RunSettings, parts: set[str], free_inodes: int | None = No
         f"{run.checkpoints_per_pass} checkpoints of {per_checkpoint:,}) but the target has {free:,} free "
         f"(df -i); {fix}a filesystem with more inodes (e.g. mkfs.ext4 -i 16384)"
     )
+
+
+class HostTooSlow(SettingsError):
+    """A limit asks for more throughput than this host can measure: the run could only end INVALID."""
+
+
+def check_ceiling(run: RunSettings, ceilings: dict[str, Ceiling]) -> None:
+    """Raises one HostTooSlow, with each limit, the ceiling and the fix, unless every absolute minimum throughput of
+    the drive file is within its phase's ceiling (limits.ceiling)."""
+    above = limits_above(run.thresholds.limits, ceilings, run.scale)
+    if above:
+        drives = f" ({run.drives_at_once} drives share this host's cores)" if run.drives_at_once > 1 else ""
+        raise HostTooSlow(f"drive file {run.thresholds.path}{drives}: " + "; ".join(above))
 
 
 def _advice(run: RunSettings, parts: set[str], free: int) -> str:

@@ -1,8 +1,9 @@
-"""What the host did during a timed region: how busy the CPUs this run may use were (any process, the kernel
-included) and how busy the target's block device was, beside the CPU seconds the working processes report.
+"""How many cores this run may use, and what the host did during a timed region: how busy the CPUs this run may
+use were (any process, the kernel included) and how busy the target's block device was, beside the CPU seconds the
+working processes report.
 
-Read from /proc/stat (per CPU) and the block device's sysfs stat file (io_ticks); nothing here touches the drive
-under test, so sampling never waits on it.
+Read from /proc (affinity, cgroup, /proc/stat per CPU), cgroupfs (the CPU quota) and the block device's sysfs stat
+file (io_ticks); nothing here touches the drive under test, so sampling never waits on it.
 """
 
 from __future__ import annotations
@@ -46,6 +47,83 @@ class HostUse:
 def usable_cpus() -> list[int]:
     """The CPUs this process may run on (its affinity), in order."""
     return sorted(os.sched_getaffinity(0))
+
+
+# Where cgroupfs is mounted, below the root: cgroup v2 alone, or v2 beside v1 (hybrid); v1 controllers by name.
+_V2_MOUNTS = ("sys/fs/cgroup", "sys/fs/cgroup/unified")
+_V1_MOUNT = "sys/fs/cgroup"
+
+
+def usable_cores(root: Path = Path("/")) -> float:
+    """The cores this process may keep busy: its CPUs (affinity), capped by its cgroup's CPU quota (which may be
+    fractional: a quota of 150 ms per 100 ms is 1.5 cores). `root`: where /proc and /sys are (a test lays out a
+    tree like them)."""
+    quota = cgroup_quota_cores(root)
+    cpus = float(len(usable_cpus()))
+    return min(cpus, quota) if quota is not None else cpus
+
+
+def cgroup_quota_cores(root: Path = Path("/")) -> float | None:
+    """The tightest CPU quota, in cores, of this process's cgroup and its ancestors, from cgroup v2 `cpu.max` or v1
+    `cpu.cfs_quota_us` / `cpu.cfs_period_us` under `root`; None where no quota is set or none can be read."""
+    try:
+        lines = (root / "proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    quotas = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if not controllers:  # "0::/path": cgroup v2
+            quotas += [_v2_quota(root / mount, path) for mount in _V2_MOUNTS]
+        elif "cpu" in controllers.split(","):
+            quotas += [_v1_quota(root / _V1_MOUNT / name, path) for name in (controllers, "cpu")]
+    found = [quota for quota in quotas if quota is not None]
+    return min(found) if found else None
+
+
+def _levels(mount: Path, path: str) -> list[Path]:
+    """The directories of cgroup `path` and its ancestors under `mount` that exist there (a container sees its own
+    cgroup as the mount's root, so the deeper ones may be missing)."""
+    parts = [part for part in path.split("/") if part]
+    levels = [mount.joinpath(*parts[:depth]) for depth in range(len(parts), -1, -1)]
+    return [level for level in levels if level.is_dir()]
+
+
+def _v2_quota(mount: Path, path: str) -> float | None:
+    """The tightest `cpu.max` ("max 100000" or "150000 100000": quota and period in microseconds) on the path."""
+    quotas = []
+    for level in _levels(mount, path):
+        try:
+            quota, period = (level / "cpu.max").read_text().split()
+        except (OSError, ValueError):
+            continue
+        if quota != "max":
+            quotas.append(_cores(quota, period, level / "cpu.max"))
+    return min(quotas) if quotas else None
+
+
+def _v1_quota(mount: Path, path: str) -> float | None:
+    """The tightest `cpu.cfs_quota_us` (-1: none) over `cpu.cfs_period_us` on the path."""
+    quotas = []
+    for level in _levels(mount, path):
+        try:
+            quota = (level / "cpu.cfs_quota_us").read_text().strip()
+            period = (level / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            continue
+        if quota != "-1":
+            quotas.append(_cores(quota, period, level / "cpu.cfs_quota_us"))
+    return min(quotas) if quotas else None
+
+
+def _cores(quota: str, period: str, where: Path) -> float:
+    try:
+        cores = int(quota) / int(period)
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"{where}: CPU quota {quota!r} per period {period!r} is not two positive integers") from None
+    if cores <= 0:
+        raise ValueError(f"{where}: CPU quota {quota!r} per period {period!r} is not two positive integers")
+    return cores
 
 
 def cpu_times(cpus: list[int]) -> tuple[int, int]:

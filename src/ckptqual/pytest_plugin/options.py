@@ -1,5 +1,5 @@
 """The ckptqual options, generated from the settings table; the run's drives and each one's settings, resolved once;
-the space check."""
+the space check and the check of the limits against the suite's own ceiling."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import pytest
 from ckptqual.config.drives import drive_targets
 from ckptqual.config.outputs import check_apart
 from ckptqual.config.run_settings import RunSettings, resolve_drive, resolve_settings
-from ckptqual.config.space import check_inodes, check_space
+from ckptqual.config.space import check_ceiling, check_inodes, check_space
 from ckptqual.config.table import SETTINGS, add_options
 from ckptqual.config.values import SettingsError
 from ckptqual.host import gpu
 from ckptqual.limits.verdict import RunVerdict
 from ckptqual.report.record import RunRecord
+from ckptqual.runs.calibration import measure_ceiling
 from ckptqual.runs.qualification import Qualification
 
 
@@ -32,12 +33,23 @@ class DriveRun:
     record: RunRecord | None = None
     qualification: Qualification | None = None
     verdict: RunVerdict | None = None
+    ceiling: dict | None = None  # the suite's own ceiling on this host, for the record (runs.calibration)
 
     def begin(self) -> RunRecord:
         """The drive's record, begun the first time it is asked for, before its run touches the target."""
         if self.record is None:
             self.record = RunRecord.begin(self.settings)
+            if self.ceiling is not None:
+                self.record.ceiling(self.ceiling)
         return self.record
+
+    def check_ceiling(self) -> None:
+        """Measures the suite's own speed on memory, records the ceiling it gives this drive and refuses (SettingsError)
+        an absolute minimum above it; before any I/O on the target."""
+        self.ceiling, ceilings = measure_ceiling(self.settings.engine, self.settings.drives_at_once)
+        if self.record is not None:
+            self.record.ceiling(self.ceiling)
+        check_ceiling(self.settings, ceilings)
 
 
 _DRIVES = pytest.StashKey[list[DriveRun] | SettingsError]()
@@ -146,6 +158,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             parts = selected_parts(running)
             check_space(run.settings, parts)
             check_inodes(run.settings, parts)
+            run.check_ceiling()
         except SettingsError as error:
             if len(runs) == 1:
                 raise pytest.UsageError(str(error)) from None

@@ -75,6 +75,9 @@ class RunRecord:
 
     # The run's events (runs.events.RunEvents), each kept as it comes.
 
+    def ceiling(self, ceiling: dict[str, Any]) -> None:
+        self._set(ceiling=ceiling)
+
     def started(self, target: dict[str, Any], drive: dict[str, Any]) -> None:
         self._set(target=target, drive=drive)
 

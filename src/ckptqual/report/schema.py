@@ -70,6 +70,21 @@ DEVICE = record(
     ("direction", "suite_bytes", "device_bytes", "devices", "not_countable", "layer_below"),
 )
 
+# The suite's own ceiling on this host (runs.calibration): per phase, cores x GB per CPU-second = GB/s.
+PHASE_CEILING = record(
+    {"cores": NUMBER, "GB_per_cpu_s": NUMBER, "GBps": NUMBER}, ("phase", "cores", "GB_per_cpu_s", "GBps")
+)
+CEILING = record(
+    {
+        "cores": NUMBER,
+        "usable_cores": NUMBER,
+        "drives_at_once": INTEGER,
+        "engine": STRING,
+        "rounds": mapping(array(record({"bytes": NUMBER, "cpu_s": NUMBER}, ("bytes", "cpu_s")), minItems=1)),
+        "phases": mapping(PHASE_CEILING, minProperties=1),
+    },
+    ("cores", "usable_cores", "drives_at_once", "engine", "rounds", "phases"),
+)
 SETTINGS = record({"scale": NUMBER, "thresholds_file": STRING, "workload": SCALAR, "sources": OBJECT})
 BASELINE = record(
     {
@@ -225,6 +240,7 @@ RUN = record(
         "plan": record({"total_bytes": NUMBER}),
         "target": OBJECT,
         "drive": OBJECT,
+        "ceiling": CEILING,
         "baseline": BASELINE,
         "passes": array(PASS),
         "checkpoints": array(CHECKPOINT),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ckptqual.limits.ceiling import Ceiling
 from ckptqual.report.mlperf import mlperf_lines, mlperf_metrics
 
 
@@ -31,6 +32,7 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
         f"({data.get('plan', {}).get('total_bytes', 0) / 1e9:,.2f} GB per checkpoint), "
         f"engine {settings.get('engine')}, fsync on, seed {settings.get('seed')}",
     ]
+    lines += _ceiling_line(data)
     if "baseline" in data:
         base = data["baseline"]
         lines.append(
@@ -65,6 +67,16 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     if settings.get("results"):
         lines.append(f"results: {settings['results']}")
     return lines
+
+
+def _ceiling_line(data: dict[str, Any]) -> list[str]:
+    """The most GB/s this host could measure in each phase: `fill write 2.58 GB/s (2 cores x 1.29 GB per CPU-s)`."""
+    ceiling = data.get("ceiling", {})
+    shown = [
+        Ceiling(name, phase["cores"], phase["GB_per_cpu_s"]).describe()
+        for name, phase in ceiling.get("phases", {}).items()
+    ]
+    return [f"ceiling (the suite's own on this host, {ceiling['engine']} engine): {', '.join(shown)}"] if shown else []
 
 
 def _pass_rows(data: dict[str, Any], outcomes: dict[str, str]) -> list[str]:

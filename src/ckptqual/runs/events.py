@@ -9,6 +9,8 @@ from typing import Any, Protocol
 class RunEvents(Protocol):
     """Receives a run's results as they happen; every payload is JSON-ready data."""
 
+    def ceiling(self, ceiling: dict[str, Any]) -> None: ...  # the suite's own speed on this host, before any I/O
+
     def started(self, target: dict[str, Any], drive: dict[str, Any]) -> None: ...
 
     def measuring_baseline(self, bytes_per_round: int) -> None: ...

@@ -1,0 +1,106 @@
+"""The suite's own speed on this host, measured before any I/O on the target: GB per CPU-second of a checkpoint write
+through the run's engine (payload, CRCs, fsync) and of the verified read of a restore, on memory (a temporary
+directory in /dev/shm, removed after), through the engine registry and payload a rank uses.
+
+Short rounds (ROUND_BYTES each, well under a second in all); the best round counts, as noise only slows one down.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ckptqual.host.cpu import usable_cores
+from ckptqual.io.engines import make_engine
+from ckptqual.io.engines.base import RankIO, fsync_path
+from ckptqual.io.payload import PayloadGenerator
+from ckptqual.limits.ceiling import Ceiling, best_rate, ceilings, drive_share
+from ckptqual.plan.model import FilePlan, TensorSpec
+
+MEMORY = Path("/dev/shm")  # tmpfs: the calibration measures the suite, never a drive
+ROUND_BYTES = 32 << 20
+ROUNDS = 5
+_SEED = 0
+
+
+class CalibrationError(RuntimeError):
+    """The suite's own write or read back, on memory, did not work: the engine or the host is broken."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """(bytes, CPU seconds) of each round of each phase, with the engine and the directory it ran in."""
+
+    engine: str
+    directory: str
+    rounds: dict[str, list[tuple[int, float]]]
+
+    def GB_per_cpu_s(self) -> dict[str, float]:
+        return {phase: best_rate(rounds) for phase, rounds in self.rounds.items()}
+
+    def ceilings(self, cores: float) -> dict[str, Ceiling]:
+        return ceilings(cores, self.GB_per_cpu_s())
+
+    def to_dict(self, cores: float, usable_cores: float, drives_at_once: int) -> dict[str, Any]:
+        """The record's `ceiling`: each phase's ceiling on this drive's `cores`, and how it was measured."""
+        return {
+            "cores": cores,
+            "usable_cores": usable_cores,
+            "drives_at_once": drives_at_once,
+            "engine": self.engine,
+            "directory": self.directory,
+            "rounds": {
+                phase: [{"bytes": nbytes, "cpu_s": cpu_s} for nbytes, cpu_s in rounds]
+                for phase, rounds in self.rounds.items()
+            },
+            "phases": {phase: ceiling.to_dict() for phase, ceiling in self.ceilings(cores).items()},
+        }
+
+
+@functools.cache
+def calibrate(engine: str, round_bytes: int = ROUND_BYTES, rounds: int = ROUNDS) -> Calibration:
+    """Writes and reads back `rounds` files of `round_bytes` with `engine` on memory, timing the CPU each takes
+    (once per engine in a process: the host does not change during a session)."""
+    spec = FilePlan("calibration.pt", (TensorSpec("calibration", round_bytes, "uint8"),))
+    io = RankIO(PayloadGenerator(_SEED), rank=0)
+    timed: dict[str, list[tuple[int, float]]] = {"fill write": [], "restore": []}
+    parent = MEMORY if MEMORY.is_dir() else None
+    with tempfile.TemporaryDirectory(prefix="ckptqual-calibration-", dir=parent) as directory:
+        for number in range(rounds):
+            path, io.checkpoint = Path(directory) / f"round-{number}" / spec.path, number
+            path.parent.mkdir()
+            timed["fill write"].append((spec.nbytes, _cpu_s(_write, engine, path, spec, io)))
+            timed["restore"].append((spec.nbytes, _cpu_s(_read, engine, path, spec, io)))
+            path.unlink()
+        return Calibration(engine, str(Path(directory).parent), timed)
+
+
+def measure_ceiling(engine: str, drives_at_once: int = 1) -> tuple[dict[str, Any], dict[str, Ceiling]]:
+    """The record's `ceiling` of one drive's run with `engine` and each phase's ceiling: this host's usable cores,
+    shared by `drives_at_once` drives, x the suite's GB per CPU-second."""
+    cores, calibration = usable_cores(), calibrate(engine)
+    share = drive_share(cores, drives_at_once)
+    return calibration.to_dict(share, cores, drives_at_once), calibration.ceilings(share)
+
+
+def _write(engine: str, path: Path, spec: FilePlan, io: RankIO) -> None:
+    make_engine(engine).write(path, spec, 0, io)
+    fsync_path(io, path)
+
+
+def _read(engine: str, path: Path, spec: FilePlan, io: RankIO) -> None:
+    problems = make_engine(engine).read(path, spec, 0, io, path.name)
+    if problems:
+        raise CalibrationError(f"the {engine} engine read back wrong bytes from memory: {problems[0].describe()}")
+
+
+def _cpu_s(work: Callable[..., None], *args: Any) -> float:
+    """CPU seconds (user + system, this process) `work(*args)` took, as a rank counts its own."""
+    start = time.process_time()
+    work(*args)
+    return time.process_time() - start
