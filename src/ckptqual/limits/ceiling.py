@@ -3,7 +3,7 @@ CPU-second there), and the absolute minimums above it, which no run on this host
 
 A minimum throughput above the ceiling would only ever be met by a faster host: the run would end host-bound
 (limits.host_bound), INVALID, hours later. It is refused before any I/O instead. The calibration behind the ceiling
-varies 10-15 % on a shared host, so a limit is refused only when it stands above the ceiling by more than
+varies by up to 20 % on a busy shared host, so a limit is refused only when it stands above the ceiling by more than
 `NOISE_MARGIN`: a limit near the ceiling runs, and the host-bound rule judges its figure.
 """
 
@@ -22,7 +22,7 @@ PHASE_OF = {
     "fill_mean_checkpoint_throughput": "fill write",
     "restore_throughput": "restore",
 }
-NOISE_MARGIN = 0.25  # a limit is refused above ceiling x (1 + NOISE_MARGIN): twice the noise of the calibration
+NOISE_MARGIN = 0.25  # a limit is refused above ceiling x (1 + NOISE_MARGIN): beyond the calibration's spread
 
 
 @dataclass(frozen=True)
