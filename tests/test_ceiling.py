@@ -14,7 +14,7 @@ from ckptqual.limits.ceiling import NOISE_MARGIN, PHASES, Ceiling, best_rate, ce
 from ckptqual.limits.limits import Limit
 from ckptqual.report.schema import shape_problem
 from ckptqual.report.summary import summary_lines
-from ckptqual.runs.calibration import MEMORY, calibrate
+from ckptqual.runs.calibration import MEMORY, CalibrationError, calibrate
 from suite_runs import SMALL, junit_cases, lenient_drive, results, run_suite
 
 USAGE_ERROR = 4
@@ -157,6 +157,16 @@ def test_the_calibration_runs_each_engine_on_memory_briefly_and_leaves_nothing(t
                    for rounds in calibration.rounds.values())  # fmt: skip
         assert all(rate > 0.01 for rate in calibration.GB_per_cpu_s().values())
     assert not list(MEMORY.glob("ckptqual-calibration-*"))
+
+
+def test_a_calibration_that_cannot_write_on_memory_says_where_and_what_it_needs_and_leaves_nothing(tmpfs):
+    small = tmpfs("size=1m")
+    with pytest.raises(CalibrationError) as refusal:
+        calibrate("stream", 4 << 20, 1, memory=small)
+    message = str(refusal.value)
+    assert message.startswith(f"the suite's own speed could not be measured in {small} (before any I/O on the target")
+    assert "[Errno 28 ENOSPC] No space left on device; it needs 4 MB free there" in message
+    assert list(small.iterdir()) == []
 
 
 # A real run

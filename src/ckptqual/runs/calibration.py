@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ckptqual.config.values import SettingsError
+from ckptqual.faults import os_error_line
 from ckptqual.host.cpu import usable_cores
 from ckptqual.io.engines import make_engine
 from ckptqual.io.engines.base import RankIO, fsync_path
@@ -28,8 +30,8 @@ ROUNDS = 5
 _SEED = 0
 
 
-class CalibrationError(RuntimeError):
-    """The suite's own write or read back, on memory, did not work: the engine or the host is broken."""
+class CalibrationError(SettingsError):
+    """The suite's own write or read back, on memory, did not work: the run cannot know what this host can measure."""
 
 
 @dataclass(frozen=True)
@@ -63,21 +65,28 @@ class Calibration:
 
 
 @functools.cache
-def calibrate(engine: str, round_bytes: int = ROUND_BYTES, rounds: int = ROUNDS) -> Calibration:
-    """Writes and reads back `rounds` files of `round_bytes` with `engine` on memory, timing the CPU each takes
-    (once per engine in a process: the host does not change during a session)."""
+def calibrate(engine: str, round_bytes: int = ROUND_BYTES, rounds: int = ROUNDS, memory: Path = MEMORY) -> Calibration:
+    """Writes and reads back `rounds` files of `round_bytes` with `engine` in a temporary directory in `memory` (the
+    system's temporary directory where there is no such directory), timing the CPU each takes; once per engine in a
+    process: the host does not change during a session. A failure is a CalibrationError naming the directory."""
     spec = FilePlan("calibration.pt", (TensorSpec("calibration", round_bytes, "uint8"),))
     io = RankIO(PayloadGenerator(_SEED), rank=0)
     timed: dict[str, list[tuple[int, float]]] = {"fill write": [], "restore": []}
-    parent = MEMORY if MEMORY.is_dir() else None
-    with tempfile.TemporaryDirectory(prefix="ckptqual-calibration-", dir=parent) as directory:
-        for number in range(rounds):
-            path, io.checkpoint = Path(directory) / f"round-{number}" / spec.path, number
-            path.parent.mkdir()
-            timed["fill write"].append((spec.nbytes, _cpu_s(_write, engine, path, spec, io)))
-            timed["restore"].append((spec.nbytes, _cpu_s(_read, engine, path, spec, io)))
-            path.unlink()
-        return Calibration(engine, str(Path(directory).parent), timed)
+    parent = str(memory) if memory.is_dir() else tempfile.gettempdir()
+    try:
+        with tempfile.TemporaryDirectory(prefix="ckptqual-calibration-", dir=parent) as directory:
+            for number in range(rounds):
+                path, io.checkpoint = Path(directory) / f"round-{number}" / spec.path, number
+                path.parent.mkdir()
+                timed["fill write"].append((spec.nbytes, _cpu_s(_write, engine, path, spec, io)))
+                timed["restore"].append((spec.nbytes, _cpu_s(_read, engine, path, spec, io)))
+                path.unlink()
+    except OSError as error:
+        raise CalibrationError(
+            f"the suite's own speed could not be measured in {parent} (before any I/O on the target): "
+            f"{os_error_line(error, 'write')}; it needs {round_bytes / 1e6:.0f} MB free there"
+        ) from None
+    return Calibration(engine, parent, timed)
 
 
 def measure_ceiling(engine: str, drives_at_once: int = 1) -> tuple[dict[str, Any], dict[str, Ceiling]]:
@@ -96,7 +105,10 @@ def _write(engine: str, path: Path, spec: FilePlan, io: RankIO) -> None:
 def _read(engine: str, path: Path, spec: FilePlan, io: RankIO) -> None:
     problems = make_engine(engine).read(path, spec, 0, io, path.name)
     if problems:
-        raise CalibrationError(f"the {engine} engine read back wrong bytes from memory: {problems[0].describe()}")
+        raise CalibrationError(
+            f"the {engine} engine read back wrong bytes from memory: {problems[0].describe()}; the host's memory or "
+            "the engine is broken, so no run on this host can be trusted"
+        )
 
 
 def _cpu_s(work: Callable[..., None], *args: Any) -> float:
