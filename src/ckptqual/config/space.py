@@ -19,7 +19,7 @@ from ckptqual.config.run_settings import RunSettings, TargetProblem, minimum_sca
 from ckptqual.config.table import COMMAND_LINE, setting
 from ckptqual.config.values import SettingsError
 from ckptqual.host.target import describe_leftovers
-from ckptqual.limits.ceiling import Ceiling, limits_above
+from ckptqual.limits.ceiling import REFUSAL_FIX, Ceiling, limits_above
 from ckptqual.limits.units import format_size
 from ckptqual.plan.footprint import RESERVE_BYTES, checkpoint_footprint_bytes
 from ckptqual.plan.model import CheckpointPlan
@@ -122,7 +122,7 @@ def check_ceiling(run: RunSettings, ceilings: dict[str, Ceiling]) -> None:
     above = limits_above(run.thresholds.limits, ceilings, run.scale)
     if above:
         drives = f" ({run.drives_at_once} drives share this host's cores)" if run.drives_at_once > 1 else ""
-        raise HostTooSlow(f"drive file {run.thresholds.path}{drives}: " + "; ".join(above))
+        raise HostTooSlow(f"drive file {run.thresholds.path}{drives}: {'; '.join(above)}; {REFUSAL_FIX}")
 
 
 def _advice(run: RunSettings, parts: set[str], free: int) -> str:

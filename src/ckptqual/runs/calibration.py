@@ -19,9 +19,9 @@ from ckptqual.config.values import SettingsError
 from ckptqual.faults import os_error_line
 from ckptqual.host.cpu import usable_cores
 from ckptqual.io.engines import make_engine
-from ckptqual.io.engines.base import RankIO, fsync_path
+from ckptqual.io.engines.base import Engine, RankIO, fsync_path
 from ckptqual.io.payload import PayloadGenerator
-from ckptqual.limits.ceiling import Ceiling, best_rate, ceilings, drive_share
+from ckptqual.limits.ceiling import FILL_WRITE, PHASES, RESTORE, Ceiling, best_rate, ceilings, drive_share
 from ckptqual.plan.model import FilePlan, TensorSpec
 
 MEMORY = Path("/dev/shm")  # tmpfs: the calibration measures the suite, never a drive
@@ -70,16 +70,16 @@ def calibrate(engine: str, round_bytes: int = ROUND_BYTES, rounds: int = ROUNDS,
     system's temporary directory where there is no such directory), timing the CPU each takes; once per engine in a
     process: the host does not change during a session. A failure is a CalibrationError naming the directory."""
     spec = FilePlan("calibration.pt", (TensorSpec("calibration", round_bytes, "uint8"),))
-    io = RankIO(PayloadGenerator(_SEED), rank=0)
-    timed: dict[str, list[tuple[int, float]]] = {"fill write": [], "restore": []}
+    io, io_engine = RankIO(PayloadGenerator(_SEED), rank=0), make_engine(engine)
+    timed: dict[str, list[tuple[int, float]]] = {phase: [] for phase in PHASES}
     parent = str(memory) if memory.is_dir() else tempfile.gettempdir()
     try:
         with tempfile.TemporaryDirectory(prefix="ckptqual-calibration-", dir=parent) as directory:
             for number in range(rounds):
                 path, io.checkpoint = Path(directory) / f"round-{number}" / spec.path, number
                 path.parent.mkdir()
-                timed["fill write"].append((spec.nbytes, _cpu_s(_write, engine, path, spec, io)))
-                timed["restore"].append((spec.nbytes, _cpu_s(_read, engine, path, spec, io)))
+                timed[FILL_WRITE].append((spec.nbytes, _cpu_s(_write, io_engine, path, spec, io)))
+                timed[RESTORE].append((spec.nbytes, _cpu_s(_read, io_engine, path, spec, io)))
                 path.unlink()
     except OSError as error:
         raise CalibrationError(
@@ -97,17 +97,17 @@ def measure_ceiling(engine: str, drives_at_once: int = 1) -> tuple[dict[str, Any
     return calibration.to_dict(share, cores, drives_at_once), calibration.ceilings(share)
 
 
-def _write(engine: str, path: Path, spec: FilePlan, io: RankIO) -> None:
-    make_engine(engine).write(path, spec, 0, io)
+def _write(engine: Engine, path: Path, spec: FilePlan, io: RankIO) -> None:
+    engine.write(path, spec, 0, io)
     fsync_path(io, path)
 
 
-def _read(engine: str, path: Path, spec: FilePlan, io: RankIO) -> None:
-    problems = make_engine(engine).read(path, spec, 0, io, path.name)
+def _read(engine: Engine, path: Path, spec: FilePlan, io: RankIO) -> None:
+    problems = engine.read(path, spec, 0, io, path.name)
     if problems:
         raise CalibrationError(
-            f"the {engine} engine read back wrong bytes from memory: {problems[0].describe()}; the host's memory or "
-            "the engine is broken, so no run on this host can be trusted"
+            f"the {engine.name} engine read back wrong bytes from memory: {problems[0].describe()}; the host's memory "
+            "or the engine is broken, so no run on this host can be trusted"
         )
 
 
