@@ -68,9 +68,10 @@ def test_no_quota_leaves_the_affinity_and_a_quota_below_it_caps_it(tmp_path):
     assert usable_cores(many) == affinity  # a quota above the CPUs one may run on does not add any
 
 
-def test_a_malformed_quota_names_the_file_and_the_value(tmp_path):
-    root = cgroup_tree(tmp_path, "0::/\n", {"sys/fs/cgroup/cpu.max": "lots 100000\n"})
-    with pytest.raises(ValueError, match=r"cgroup/cpu.max: CPU quota 'lots' per period '100000'"):
+@pytest.mark.parametrize(("quota", "period"), [("lots", "100000"), ("100000", "0"), ("-5", "100000")])
+def test_a_malformed_quota_names_the_file_and_the_values(tmp_path, quota, period):
+    root = cgroup_tree(tmp_path, "0::/\n", {"sys/fs/cgroup/cpu.max": f"{quota} {period}\n"})
+    with pytest.raises(ValueError, match=rf"cgroup/cpu.max: CPU quota '{quota}' per period '{period}' is not two"):
         cgroup_quota_cores(root)
 
 

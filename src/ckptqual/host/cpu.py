@@ -117,13 +117,10 @@ def _v1_quota(mount: Path, path: str) -> float | None:
 
 
 def _cores(quota: str, period: str, where: Path) -> float:
-    try:
-        cores = int(quota) / int(period)
-    except (ValueError, ZeroDivisionError):
-        raise ValueError(f"{where}: CPU quota {quota!r} per period {period!r} is not two positive integers") from None
-    if cores <= 0:
+    """Cores a quota of `quota` microseconds per `period` gives; a malformed pair names the file."""
+    if not (quota.isdigit() and period.isdigit() and int(quota) > 0 and int(period) > 0):
         raise ValueError(f"{where}: CPU quota {quota!r} per period {period!r} is not two positive integers")
-    return cores
+    return int(quota) / int(period)
 
 
 def cpu_times(cpus: list[int]) -> tuple[int, int]:
