@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from ckptqual.config.drive_file import available_drives, load_drive_file
+from ckptqual.config.run_settings import resolve_settings
+from ckptqual.config.space import HostTooSlow, check_ceiling
 from ckptqual.host.cpu import cgroup_quota_cores, usable_cores
 from ckptqual.limits.ceiling import NOISE_MARGIN, PHASES, Ceiling, best_rate, ceilings, drive_share, limits_above
 from ckptqual.limits.limits import Limit
@@ -144,6 +146,18 @@ def test_a_packaged_drive_file_can_be_refused_only_for_its_absolute_fill_and_res
 
 def test_the_built_in_run_is_never_refused_however_noisy_the_calibration():
     assert limits_above(load_drive_file("local").limits, CRAWLING) == []
+
+
+def test_the_check_refuses_a_run_on_this_host_but_not_one_whose_ranks_run_on_other_nodes(tmp_path):
+    drive = lenient_drive(tmp_path / "strict.toml", "strict drive", extra_limits=IMPOSSIBLE)
+    (tmp_path / "target").mkdir()
+    (tmp_path / "job.secret").write_text("a secret every node reads\n")
+    (tmp_path / "job.secret").chmod(0o600)
+    options = {"drive": str(drive), "target": tmp_path / "target", "workload": "llama3-8b", "scale": "0.0003"}
+    with pytest.raises(HostTooSlow, match=r"limit 2 \(fill_throughput >= 1000 GB/s\): min 1000 GB/s is above"):
+        check_ceiling(resolve_settings(options), CRAWLING)
+    nodes = {"nodes": 2, "controller": "127.0.0.1:29500", "secret_file": tmp_path / "job.secret"}
+    check_ceiling(resolve_settings(options | nodes), CRAWLING)
 
 
 # Calibration on memory

@@ -118,7 +118,10 @@ class HostTooSlow(SettingsError):
 
 def check_ceiling(run: RunSettings, ceilings: dict[str, Ceiling]) -> None:
     """Raises one HostTooSlow, with each limit, the ceiling and the fix, unless every absolute minimum throughput of
-    the drive file is within its phase's ceiling (limits.ceiling)."""
+    the drive file is within its phase's ceiling (limits.ceiling). A run over several nodes is not checked: its
+    ranks run on the nodes' cores, not on this host's."""
+    if run.nodes > 1:
+        return
     above = limits_above(run.thresholds.limits, ceilings, run.scale)
     if above:
         drives = f" ({run.drives_at_once} drives share this host's cores)" if run.drives_at_once > 1 else ""
