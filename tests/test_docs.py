@@ -89,3 +89,9 @@ def test_every_relative_link_and_anchor_resolves(page: Path):
 
 def test_the_pages_exist():
     assert PAGES[0] == ROOT / "README.md" and len(PAGES) > 5, f"found only {PAGES}"
+
+
+def test_the_readme_is_short_with_short_lines():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    long = [number for number, line in enumerate(lines, 1) if len(line) > 120]
+    assert len(lines) <= 250 and not long, f"README.md: {len(lines)} lines (at most 250), over 120 characters: {long}"
