@@ -1,5 +1,6 @@
 """Shared fixtures of the project's tests."""
 
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,8 @@ def tmpfs(tmp_path) -> Iterator[Callable[[str], Path]]:
     def mount(options: str) -> Path:
         point = tmp_path / f"tmpfs-{len(mounted)}"
         point.mkdir()
+        if shutil.which("mount") is None:
+            pytest.skip("cannot mount a tmpfs here: mount is not on PATH (apt-get install mount)")
         if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)]).returncode:
             pytest.skip(f"cannot mount a tmpfs ({options}) here (needs root)")
         mounted.append(point)

@@ -16,13 +16,14 @@ from ckptqual.report.figures import draw_all  # noqa: E402
 from ckptqual.report.html import write_report  # noqa: E402
 
 RESULTS = Path(__file__).parent / "data" / "results"
-CHROMIUM = os.environ.get("CKPTQUAL_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM = os.environ.get("CKPTQUAL_CHROMIUM") or shutil.which("chromium")
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).is_file():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CKPTQUAL_CHROMIUM)")
+    if CHROMIUM is None or not Path(CHROMIUM).is_file():
+        where = CHROMIUM or "chromium on PATH"
+        pytest.skip(f"no Chromium at {where} (apt-get install chromium, or set CKPTQUAL_CHROMIUM)")
     with playwright.sync_playwright() as driver:
         launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield launched

@@ -3,6 +3,7 @@ same records (what torch.load and the read-back were proven against), in few wri
 page cache; the zip64 records past 2 GiB match zipfile's without writing gigabytes."""
 
 import io
+import shutil
 import struct
 import subprocess
 import sys
@@ -77,6 +78,8 @@ def test_engine_writes_exactly_what_zipfile_writes(tmp_path, engine, chunk_bytes
 
 
 def test_a_small_file_is_one_write(tmp_path):
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed (apt-get install strace)")
     script = (
         "import sys; from pathlib import Path; from ckptqual.io.engines import make_engine; "
         "from ckptqual.io.engines.base import RankIO; from ckptqual.io.payload import PayloadGenerator; "
