@@ -37,7 +37,7 @@ import numpy as np
 from ckptqual.io import payload
 from ckptqual.io.engines import make_engine
 from ckptqual.io.engines.base import RankIO
-from ckptqual.io.engines.torchread import read_table
+from ckptqual.io.engines.torchread.stored import read_table
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.workloads import load_workload
 

@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from ckptqual.io.engines.torchread import FileSource, read_records
+from ckptqual.io.engines.torchread.records import read_records
+from ckptqual.io.engines.torchread.source import FileSource
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.workloads import load_workload
 from ckptqual.runs.ranks import RankPool

@@ -9,16 +9,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from ckptqual.host.beneath import RunTree
 from ckptqual.io.payload import Mismatch, PayloadGenerator, find_mismatches
 from ckptqual.plan.model import FilePlan
-
-if TYPE_CHECKING:
-    from ckptqual.io.engines.torchread import ExpectedArchive
 
 DEFAULT_CHUNK_BYTES = 8 << 20
 MAX_REPORTED = 5  # wrong blocks named in one failure; a read stops looking after one more
@@ -134,10 +131,6 @@ class Engine(Protocol):
         """Checks structure, records, CRCs, pickle and payload; returns the wrong blocks (stopping after
         MAX_REPORTED + 1), raises IntegrityError for other damage, ReadBackError for a failed read; messages
         name the file as `label`."""
-        ...
-
-    def expected_archive(self, spec: FilePlan, checkpoint: int, rank: int, file_index: int) -> ExpectedArchive:
-        """What this engine writes for one file, record by record, as the read checks it."""
         ...
 
 

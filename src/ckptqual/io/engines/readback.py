@@ -1,6 +1,6 @@
 """Reading a checkpoint file back and proving it exact: the steps both engines' `read` share.
 
-The archive is checked as `torch.load` needs it, without trusting torch (`torchread.check_archive`); then each
+The archive is checked as `torch.load` needs it, without trusting torch (`torchread.expected.check_archive`); then each
 tensor's bytes are read once, the payload check and the record's CRC32 running over the same chunks. A wrong
 block is a Problem naming file, tensor and offset; other damage an IntegrityError; a failed read a ReadBackError.
 """
@@ -20,15 +20,10 @@ import torch
 
 from ckptqual.io.crc import crc32
 from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO
-from ckptqual.io.engines.torchread import (
-    ExpectedArchive,
-    FileSource,
-    FormatError,
-    TensorRecord,
-    check_archive,
-    check_crc,
-    first_difference,
-)
+from ckptqual.io.engines.torchread.expected import ExpectedArchive, TensorRecord, check_archive
+from ckptqual.io.engines.torchread.findings import FormatError, first_difference
+from ckptqual.io.engines.torchread.records import check_crc
+from ckptqual.io.engines.torchread.source import FileSource
 from ckptqual.plan.model import TensorSpec
 
 Chunks = Iterable[tuple[int, np.ndarray]]  # (tensor offset, bytes from there)
@@ -70,13 +65,14 @@ def checked_tensors(file: ArchiveFile, io: RankIO) -> list[TensorRecord]:
 def read_archive(file: ArchiveFile, io: RankIO) -> list[Problem]:
     """Checks the archive, then reads each tensor in buffer-sized chunks from its file offset."""
     with _opened(file, io) as source:
+        tensors = _checked(file, source)
 
         def chunks(tensor: TensorRecord) -> Chunks:
             record = tensor.record
             for offset in range(0, record.size, io.chunk_bytes):
                 yield offset, source.chunk(record.data_offset + offset, min(io.chunk_bytes, record.size - offset))
 
-        return check_tensors(io, file, _checked(file, source), chunks)
+        return check_tensors(io, file, tensors, chunks)
 
 
 def check_tensors(

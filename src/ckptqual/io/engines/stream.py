@@ -12,7 +12,7 @@ from ckptqual.io.engines.base import Problem, RankIO
 from ckptqual.io.engines.fileimage import BLOCK, FileImage, aligned_buffer
 from ckptqual.io.engines.readback import ArchiveFile, read_archive
 from ckptqual.io.engines.torchformat import ALIGNMENT, Entry, central_directory, data_record, head_records, tail_records
-from ckptqual.io.engines.torchread import ExpectedArchive
+from ckptqual.io.engines.torchread.expected import ExpectedArchive
 from ckptqual.plan.model import FilePlan
 
 

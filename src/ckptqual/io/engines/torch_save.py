@@ -12,7 +12,7 @@ from ckptqual.io.engines import readback
 from ckptqual.io.engines.base import IntegrityError, Problem, RankIO, opened_path
 from ckptqual.io.engines.readback import ArchiveFile, Chunks
 from ckptqual.io.engines.torchformat import BYTEORDER, FILE_VERSION, FORMAT_VERSION
-from ckptqual.io.engines.torchread import ExpectedArchive, TensorRecord
+from ckptqual.io.engines.torchread.expected import ExpectedArchive, TensorRecord
 from ckptqual.plan.model import FilePlan
 
 TORCH_SAVE_ALIGNMENT = 64  # torch.save's default storage alignment (torch.serialization.config.save)

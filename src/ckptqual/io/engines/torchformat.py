@@ -18,6 +18,22 @@ from dataclasses import dataclass
 
 import torch
 
+from ckptqual.io.engines.zipheaders import (
+    CENTRAL,
+    CENTRAL_SIGNATURE,
+    END,
+    END_SIGNATURE,
+    EXTRA_HEADER,
+    LOCAL,
+    LOCAL_SIGNATURE,
+    PAD_EXTRA_ID,
+    SATURATED,
+    ZIP64_END,
+    ZIP64_END_SIGNATURE,
+    ZIP64_EXTRA_ID,
+    ZIP64_LOCATOR,
+    ZIP64_LOCATOR_SIGNATURE,
+)
 from ckptqual.plan.model import TensorSpec
 
 ARCHIVE = "archive"
@@ -26,7 +42,6 @@ FORMAT_VERSION = b"1"
 FILE_VERSION = b"3\n"
 BYTEORDER = b"little"
 _ZIP64_EXTRA_BYTES = 20  # the zip64 field of a tensor's local header
-_PAD_EXTRA_ID = 0x4246  # "FB", the padding field torch's writer uses
 
 
 class _StorageRef:
@@ -99,11 +114,7 @@ def data_record(index: int) -> str:
 _ZIP64_LIMIT = (1 << 31) - 1  # zipfile's: past it, sizes and offsets move into zip64 fields
 _COUNT_LIMIT = (1 << 16) - 1
 _DOS_DATE = 1 << 5 | 1  # 1980-01-01, zipfile's default date; time 00:00:00
-_LOCAL = struct.Struct("<4s2B4HL2L2H")
-_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
-_END = struct.Struct("<4s4H2LH")
-_END64 = struct.Struct("<4sQ2H2L4Q")
-_LOCATOR64 = struct.Struct("<4sLQL")
+_MADE_ON_UNIX = 3 << 8  # the high byte of "version made by"
 _EXTERNAL_ATTR = 0o600 << 16
 
 
@@ -125,17 +136,17 @@ class Entry:
     def pad(self) -> int:
         if not self.tensor:
             return 0
-        return -(self.offset + _LOCAL.size + len(self.encoded) + 4 + _ZIP64_EXTRA_BYTES) % ALIGNMENT
+        return -(self.offset + LOCAL.size + len(self.encoded) + EXTRA_HEADER.size + _ZIP64_EXTRA_BYTES) % ALIGNMENT
 
     def local_header(self) -> bytes:
         name = self.encoded
         if not self.tensor:
-            fields = (20, 0, 0, 0, 0, _DOS_DATE, self.crc, self.size, self.size, len(name), 0)
-            return _LOCAL.pack(b"PK\x03\x04", *fields) + name
-        extra = struct.pack("<HH", _PAD_EXTRA_ID, self.pad) + b"Z" * self.pad
-        extra += struct.pack("<HHQQ", 1, 16, self.size, self.size)
-        fields = (45, 0, 0, 0, 0, _DOS_DATE, self.crc, 0xFFFFFFFF, 0xFFFFFFFF, len(name), len(extra))
-        return _LOCAL.pack(b"PK\x03\x04", *fields) + name + extra
+            fields = (20, 0, 0, 0, _DOS_DATE, self.crc, self.size, self.size, len(name), 0)
+            return LOCAL.pack(LOCAL_SIGNATURE, *fields) + name
+        extra = EXTRA_HEADER.pack(PAD_EXTRA_ID, self.pad) + b"Z" * self.pad
+        extra += struct.pack("<HHQQ", ZIP64_EXTRA_ID, 16, self.size, self.size)
+        fields = (45, 0, 0, 0, _DOS_DATE, self.crc, SATURATED, SATURATED, len(name), len(extra))
+        return LOCAL.pack(LOCAL_SIGNATURE, *fields) + name + extra
 
     @property
     def data_offset(self) -> int:
@@ -146,15 +157,15 @@ class Entry:
         size = self.size
         if size > _ZIP64_LIMIT:
             values += [size, size]
-            size = 0xFFFFFFFF
+            size = SATURATED
         offset = self.offset
         if offset > _ZIP64_LIMIT:
             values.append(offset)
-            offset = 0xFFFFFFFF
-        extra = struct.pack(f"<HH{len(values)}Q", 1, 8 * len(values), *values) if values else b""
+            offset = SATURATED
+        extra = struct.pack(f"<HH{len(values)}Q", ZIP64_EXTRA_ID, 8 * len(values), *values) if values else b""
         version = 45 if values or self.tensor else 20
-        fields = (version, 3, version, 0, 0, 0, 0, _DOS_DATE, self.crc, size, size, len(name), len(extra), 0, 0, 0)
-        return _CENTRAL.pack(b"PK\x01\x02", *fields, _EXTERNAL_ATTR, offset) + name + extra
+        fields = (version | _MADE_ON_UNIX, version, 0, 0, 0, _DOS_DATE, self.crc, size, size, len(name), len(extra))
+        return CENTRAL.pack(CENTRAL_SIGNATURE, *fields, 0, 0, 0, _EXTERNAL_ATTR, offset) + name + extra
 
 
 def central_directory(entries: list[Entry], start: int) -> bytes:
@@ -162,7 +173,7 @@ def central_directory(entries: list[Entry], start: int) -> bytes:
     directory = b"".join(entry.central_header() for entry in entries)
     count, size, end = len(entries), len(directory), start + len(directory)
     if count > _COUNT_LIMIT or start > _ZIP64_LIMIT or size > _ZIP64_LIMIT:
-        directory += _END64.pack(b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, size, start)
-        directory += _LOCATOR64.pack(b"PK\x06\x07", 0, end, 1)
-        count, size, start = min(count, 0xFFFF), min(size, 0xFFFFFFFF), min(start, 0xFFFFFFFF)
-    return directory + _END.pack(b"PK\x05\x06", 0, 0, count, count, size, start, 0)
+        directory += ZIP64_END.pack(ZIP64_END_SIGNATURE, 44, 45, 45, 0, 0, count, count, size, start)
+        directory += ZIP64_LOCATOR.pack(ZIP64_LOCATOR_SIGNATURE, 0, end, 1)
+        count, size, start = min(count, 0xFFFF), min(size, SATURATED), min(start, SATURATED)
+    return directory + END.pack(END_SIGNATURE, 0, 0, count, count, size, start, 0)
