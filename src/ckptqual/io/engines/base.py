@@ -51,6 +51,14 @@ class RankIO:
         self.payload_cpu_s += time.thread_time() - start
         self.generated_bytes += out.nbytes
 
+    def padding(self, size: int, file: int, tensor: int) -> bytes:
+        """The `size` bytes of keystream that pad the file before tensor `tensor`'s data; CPU time counted."""
+        start = time.thread_time()
+        out = np.empty(size, dtype=np.uint8)
+        self.generator.fill_padding(out, self.checkpoint, self.rank, file, tensor)
+        self.payload_cpu_s += time.thread_time() - start
+        return out.tobytes()
+
     def verify(self, data: np.ndarray, file: int, tensor: int, offset: int) -> list[Mismatch]:
         """The blocks of `data` (tensor bytes from `offset`) that differ from this rank's payload; CPU time counted."""
         start = time.thread_time()

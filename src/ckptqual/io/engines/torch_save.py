@@ -1,5 +1,10 @@
 """`torch-save` engine: each file built in memory and written with `torch.save`, as the review did, and read
-back with `torch.load`, as a restarting job would."""
+back with `torch.load`, as a restarting job would.
+
+Its tensor data is the payload, but torch.save writes the rest itself: its own pickle, a serialization id, and
+the padding that aligns each tensor's data to 64 bytes (torch fills it with b"Z"), which this engine cannot make
+keystream; the read checks that padding only as part of the file's layout, not byte for byte.
+"""
 
 from __future__ import annotations
 

@@ -4,7 +4,9 @@ The archive holds what torch 2.x writes: `data.pkl` (a protocol-2 pickle of a di
 storages are persistent ids), `.format_version`, `.storage_alignment`, `byteorder`, one `data/<key>` record
 per tensor, `version` and `.data/serialization_id`; `torch.load` reads it as its own. Tensor data starts at
 a multiple of 4 KiB in the file (torch.save aligns to 64 bytes; the format allows any alignment and names it
-in `.storage_alignment`), so a 4 KiB drive sector holds bytes of one payload block only.
+in `.storage_alignment`), so a 4 KiB drive sector holds bytes of one payload block only. The padding that aligns
+it (the "FB" extra field of the tensor's local header) is keystream the writer gives, not zeros: every byte the
+format leaves to the writer is payload that no data-reducing storage can shrink.
 """
 
 from __future__ import annotations
@@ -127,6 +129,7 @@ class Entry:
     size: int
     crc: int = 0
     tensor: bool = False  # tensor records: zip64 local header, padded so that the data starts at ALIGNMENT
+    padding: bytes = b""  # a tensor record's `pad` bytes of padding (keystream, from the writer)
 
     @property
     def encoded(self) -> bytes:
@@ -143,7 +146,12 @@ class Entry:
         if not self.tensor:
             fields = (20, 0, 0, 0, _DOS_DATE, self.crc, self.size, self.size, len(name), 0)
             return LOCAL.pack(LOCAL_SIGNATURE, *fields) + name
-        extra = EXTRA_HEADER.pack(PAD_EXTRA_ID, self.pad) + b"Z" * self.pad
+        if len(self.padding) != self.pad:
+            raise ValueError(
+                f"record {ARCHIVE}/{self.name}: {len(self.padding)} bytes of padding given, its data needs {self.pad} "
+                f"to start at a multiple of {ALIGNMENT}; set Entry.padding to that many"
+            )
+        extra = EXTRA_HEADER.pack(PAD_EXTRA_ID, self.pad) + self.padding
         extra += struct.pack("<HHQQ", ZIP64_EXTRA_ID, 16, self.size, self.size)
         fields = (45, 0, 0, 0, _DOS_DATE, self.crc, SATURATED, SATURATED, len(name), len(extra))
         return LOCAL.pack(LOCAL_SIGNATURE, *fields) + name + extra

@@ -21,13 +21,15 @@ class ExpectedArchive:
     """What one checkpoint file must hold: the plan's tensors, and the small records its writer puts beside them.
 
     `small_records` maps a record's name under `archive/` to its exact bytes, or to None where only its CRC can be
-    checked (bytes that torch.save makes its own way, e.g. its pickle and serialization id).
+    checked (bytes that torch.save makes its own way, e.g. its pickle and serialization id). `padding_is_payload`:
+    each tensor's alignment padding is the writer's keystream, which the read checks byte for byte.
     """
 
     writer: str
     tensors: tuple[TensorSpec, ...]
     small_records: dict[str, bytes | None]
     alignment: int
+    padding_is_payload: bool = False
 
     def record_names(self) -> list[str]:
         """Every record's full name, small records first."""

@@ -19,6 +19,7 @@ from ckptqual.io.engines.zipheaders import (
     EXTRA_HEADER,
     LOCAL,
     LOCAL_SIGNATURE,
+    PAD_EXTRA_ID,
     SATURATED,
     ZIP64_END,
     ZIP64_END_SIGNATURE,
@@ -34,7 +35,10 @@ _STORED = 0
 
 @dataclass(frozen=True)
 class Record:
-    """One record as its central directory entry and local header place it; `end` includes its data descriptor."""
+    """One record as its central directory entry and local header place it; `end` includes its data descriptor.
+
+    `padding_offset` and `padding_bytes` place the data of the local header's "FB" padding field (0 bytes, at the
+    data offset, where it has none)."""
 
     name: str
     header_offset: int
@@ -42,6 +46,8 @@ class Record:
     size: int
     crc: int
     end: int
+    padding_offset: int = 0
+    padding_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -173,11 +179,17 @@ def _zip64_values(extra: bytes, *values: int, what: str) -> tuple[int, ...]:
 
 
 def _extra_field(extra: bytes, field_id: int) -> bytes | None:
+    place = _extra_field_place(extra, field_id)
+    return None if place is None else extra[place[0] : place[0] + place[1]]
+
+
+def _extra_field_place(extra: bytes, field_id: int) -> tuple[int, int] | None:
+    """Where the data of the extra field `field_id` starts in `extra`, and its length; None where it is absent."""
     position = 0
     while position + EXTRA_HEADER.size <= len(extra):
         kind, length = EXTRA_HEADER.unpack_from(extra, position)
         if kind == field_id:
-            return extra[position + EXTRA_HEADER.size : position + EXTRA_HEADER.size + length]
+            return position + EXTRA_HEADER.size, min(length, len(extra) - position - EXTRA_HEADER.size)
         position += EXTRA_HEADER.size + length
     return None
 
@@ -219,7 +231,9 @@ def _record(source: FileSource, entry: _CentralEntry, limit: int) -> Record:
         local_sizes = _zip64_values(extra, size, compressed, what=f"{what}: local header")
         if local_sizes != (entry.size, entry.size):
             raise FormatError(f"{what}: local header says {local_sizes[0]} bytes, the central directory {entry.size}")
-    return Record(entry.name, entry.header_offset, data_offset, entry.size, entry.crc, end)
+    padding = _extra_field_place(extra, PAD_EXTRA_ID) or (len(extra), 0)
+    padding_offset = entry.header_offset + LOCAL.size + name_bytes + padding[0]
+    return Record(entry.name, entry.header_offset, data_offset, entry.size, entry.crc, end, padding_offset, padding[1])
 
 
 def _check_stored(entry: _CentralEntry, what: str) -> None:
