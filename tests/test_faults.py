@@ -15,8 +15,9 @@ from ckptqual.host.beneath import RunTree
 from ckptqual.io.engines.base import ReadBackError
 from ckptqual.io.engines.torchread.source import pread_exactly
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.runs.failure import RankFailure
 from ckptqual.runs.fill import FillCampaign, FillError
-from ckptqual.runs.ranks import RankFailure, RankPool
+from ckptqual.runs.pool import RankPool
 from ckptqual.runs.restore import evict_checkpoint
 from suite_runs import junit_cases, suite_properties
 

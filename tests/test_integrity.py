@@ -18,7 +18,9 @@ from ckptqual.io.engines.base import RankIO
 from ckptqual.io.payload import PayloadGenerator
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.runs import restore
-from ckptqual.runs.ranks import RankFailure, RankPool, Task
+from ckptqual.runs.failure import RankFailure
+from ckptqual.runs.pool import RankPool
+from ckptqual.runs.task import Task
 
 SEED, RANK, CHECKPOINT = 77, 1, 5
 LAYER = FilePlan(
