@@ -20,11 +20,11 @@ def late_reason(states: dict[int, str], what: str, timeout_s: float) -> tuple[st
     if "D" in states.values():
         reason = (
             f"the drive did not respond: rank(s) {shown} did not finish {what} within {timeout_s:g} s "
-            f"(--rank-timeout), waiting in the kernel on I/O"
+            f"(setting rank_timeout_s), waiting in the kernel on I/O"
         )
         return reason, "unresponsive"
     return (
-        f"rank(s) {shown} did not finish {what} within {timeout_s:g} s; raise --rank-timeout for a slow drive",
+        f"rank(s) {shown} did not finish {what} within {timeout_s:g} s; raise rank_timeout_s for a slow drive",
         "stopped",
     )
 
