@@ -4,11 +4,11 @@ operation beside restore's read."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ckptqual.faults import on_path
 from ckptqual.io.engines import make_engine
 from ckptqual.io.engines.base import RankIO, fsync_directory, fsync_path
+from ckptqual.runs.task import Task
 
 
 def directories_to_sync(directory: Path, file_paths: list[str]) -> list[Path]:
@@ -24,7 +24,7 @@ def _depth(path: Path) -> int:
     return len(path.parts)
 
 
-def write_checkpoint_files(io: RankIO, task: Any) -> int:
+def write_checkpoint_files(io: RankIO, task: Task) -> int:
     """Rank side: writes the rank's files of one checkpoint with the task's engine, then fsyncs files and directories.
 
     The rank creates the directories it needs, so that the main process never waits on the drive. Syncing
