@@ -19,7 +19,7 @@ from pathlib import Path
 from benchutil import cpu_seconds
 
 from ckptqual.plan.workloads import load_workload
-from ckptqual.runs.ranks import RankPool
+from ckptqual.runs.pool import RankPool
 
 RANKS = 8
 

@@ -25,7 +25,7 @@ from benchutil import drop_caches
 from ckptqual.host import gpu
 from ckptqual.io.engines.base import RankIO
 from ckptqual.io.engines.stream import StreamEngine
-from ckptqual.io.engines.torchread import read_table
+from ckptqual.io.engines.torchread.stored import read_table
 from ckptqual.io.payload import PayloadGenerator
 from ckptqual.limits.units import parse_size
 from ckptqual.plan.workloads import load_workload

@@ -10,9 +10,12 @@ revision) against the new one, interleaved round by round in one run.
 
 zstd -19 (under 1 MB/s on the format's compressible bytes) runs on the data as written only, over a sample of
 64 KiB windows spread evenly through it (--zstd19-max-mib). All three scales take about two hours on two
-cores; --measures picks a subset of the measures, --scales '' measures the speed only.
+cores; --measures and --attacks pick a subset, --scales '' measures the speed only. --pads also measures the
+alignment padding alone (each tensor record's "FB" field, found from the zip layout), and --rounds 0 skips the
+speed comparison.
 
     python bench/reduction.py --scales 1e-4,5e-4,1e-3 --json reduction.json
+    python bench/reduction.py --scales 1e-4 --pads --measures "zstd --long,dedup 64 B" --attacks "as written" --rounds 0
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import numpy as np
 from ckptqual.io import payload
 from ckptqual.io.engines import make_engine
 from ckptqual.io.engines.base import RankIO
-from ckptqual.io.engines.torchread import read_table
+from ckptqual.io.engines.torchread.stored import read_table
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.workloads import load_workload
 
@@ -94,6 +97,14 @@ def payload_streams(paths: Sequence[Path]) -> list[np.ndarray]:
     return streams
 
 
+def padding_streams(reduction: ModuleType, paths: Sequence[Path]) -> list[np.ndarray]:
+    """Each tensor's alignment padding where the files hold it: what the writer chose, apart from the payload."""
+    streams = []
+    for path, mapped in zip(paths, file_streams(paths), strict=True):
+        streams += [mapped[offset : offset + length] for offset, length in reduction.padding_places(path)]
+    return streams
+
+
 def spread_sample(pieces: Iterable[np.ndarray], total_bytes: int, max_bytes: int) -> Iterator[np.ndarray]:
     """About `max_bytes` of the pieces joined, as windows evenly spaced over all `total_bytes` of them."""
     stride = max(SAMPLE_WINDOW_BYTES, total_bytes // max_bytes * SAMPLE_WINDOW_BYTES)
@@ -119,6 +130,7 @@ def reduction_rows(
     per_checkpoint: int,
     scope: str,
     measures: Sequence[str],
+    attacks: Sequence[str],
     zstd19_max_bytes: int,
 ) -> Iterator[dict[str, Any]]:
     """Every attack x measure gain for one scope; zstd -19 (slow) on the data as written only."""
@@ -127,7 +139,8 @@ def reduction_rows(
     else:
         pairs = [(i, i + per_checkpoint) for i in range(per_checkpoint)]
     total_bytes = sum(s.nbytes for s in streams)
-    for attack, make_pieces in reduction.ATTACKS.items():
+    for attack in attacks:
+        make_pieces = reduction.ATTACKS[attack]
         for measure in measures:
             if measure == "zstd -19" and attack != "as written":
                 continue
@@ -156,25 +169,37 @@ def measure_scale(
     parent: Path | None,
     seed: int,
     measures: Sequence[str],
+    attacks: Sequence[str],
     zstd19_max_bytes: int,
+    pads: bool,
 ) -> list[dict[str, Any]]:
-    """Writes two consecutive checkpoints at `scale` and returns every reduction figure of files and payload."""
+    """Writes two consecutive checkpoints at `scale` and returns every reduction figure of files and payload (and,
+    with `pads`, of the alignment padding alone)."""
     plan = load_workload(workload).plan().scaled(scale)
     rows = []
     with tempfile.TemporaryDirectory(prefix="ckptqual-reduction-", dir=parent) as directory:
         paths = [write_checkpoint(Path(directory), plan, checkpoint, seed) for checkpoint in (1, 2)]
         file_bytes = sum(p.stat().st_size for p in paths[0])
+        padding_bytes = sum(length for path in paths[0] for _, length in reduction.padding_places(path))
         print(
             f"\nscale {scale:g}: {plan.file_count} files per checkpoint, payload {plan.total_bytes / 1e6:.1f} MB, "
-            f"files {file_bytes / 1e6:.1f} MB (format overhead {file_bytes / plan.total_bytes - 1:.3%})",
+            f"files {file_bytes / 1e6:.1f} MB (format overhead {file_bytes / plan.total_bytes - 1:.3%}, "
+            f"of it padding {padding_bytes / file_bytes:.3%} of the files)",
             flush=True,
         )
-        for data, make_streams in (("files", file_streams), ("payload", payload_streams)):
+        kinds = [("files", file_streams), ("payload", payload_streams)]
+        if pads:
+            kinds.append(("padding", lambda paths: padding_streams(reduction, paths)))
+        for data, make_streams in kinds:
             streams = make_streams(paths[0] + paths[1])
             per_checkpoint = len(streams) // 2
             for scope in ("one checkpoint", "two checkpoints"):
-                for row in reduction_rows(reduction, streams, per_checkpoint, scope, measures, zstd19_max_bytes):
+                rows_of_scope = reduction_rows(
+                    reduction, streams, per_checkpoint, scope, measures, attacks, zstd19_max_bytes
+                )
+                for row in rows_of_scope:
                     row.update(scale=scale, data=data, file_bytes=file_bytes, payload_bytes=plan.total_bytes)
+                    row.update(padding_bytes=padding_bytes)
                     print(format_row(row), flush=True)
                     rows.append(row)
     return rows
@@ -244,9 +269,11 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="where the temporary checkpoints go")
     parser.add_argument("--seed", type=int, default=2025)
     parser.add_argument("--measures", default=None, help="comma-separated subset of the measures (default: all)")
+    parser.add_argument("--attacks", default=None, help="comma-separated subset of the attacks (default: all)")
+    parser.add_argument("--pads", action="store_true", help="also measure the alignment padding alone")
     parser.add_argument("--zstd19-max-mib", type=int, default=16, help="zstd -19 is slow: a sample of about N MiB")
     parser.add_argument("--old-revision", default=OLD_REVISION, help="git revision of the old payload.py")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved speed rounds")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved speed rounds (0: no speed comparison)")
     parser.add_argument("--chunks", type=int, default=32, help="8 MiB chunks per speed measurement")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     args = parser.parse_args()
@@ -257,13 +284,22 @@ def main() -> None:
     unknown = sorted(set(measures) - set(reduction.MEASURES))
     if unknown:
         sys.exit(f"--measures {','.join(unknown)}: unknown; use some of {','.join(reduction.MEASURES)}")
+    attacks = args.attacks.split(",") if args.attacks else list(reduction.ATTACKS)
+    unknown = sorted(set(attacks) - set(reduction.ATTACKS))
+    if unknown:
+        sys.exit(f"--attacks {','.join(unknown)}: unknown; use some of {','.join(reduction.ATTACKS)}")
     rows = []
     for scale in (float(s) for s in args.scales.split(",") if s):  # --scales '' measures the speed only
-        rows += measure_scale(reduction, args.workload, scale, args.dir, args.seed, measures, args.zstd19_max_mib * MiB)
+        zstd19_max_bytes = args.zstd19_max_mib * MiB
+        rows += measure_scale(
+            reduction, args.workload, scale, args.dir, args.seed, measures, attacks, zstd19_max_bytes, args.pads
+        )
 
-    with tempfile.TemporaryDirectory() as scratch:
-        figures = speed(old_payload(args.old_revision, Path(scratch)), args.rounds, args.chunks, args.seed)
-    print(f"\npayload speed, median of {args.rounds} interleaved rounds, CPU time of one core:")
+    figures: dict[str, dict[str, float]] = {}
+    if args.rounds > 0:
+        with tempfile.TemporaryDirectory() as scratch:
+            figures = speed(old_payload(args.old_revision, Path(scratch)), args.rounds, args.chunks, args.seed)
+        print(f"\npayload speed, median of {args.rounds} interleaved rounds, CPU time of one core:")
     for name, values in figures.items():
         print(
             f"  {name}: generate {values['fill']:.2f} GB/s, verify {values['verify']:.2f} GB/s (8 MiB chunks), "

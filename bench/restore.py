@@ -35,10 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from ckptqual.io.engines.torchread import FileSource, read_records
+from ckptqual.io.engines.torchread.records import read_records
+from ckptqual.io.engines.torchread.source import FileSource
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.workloads import load_workload
-from ckptqual.runs.ranks import RankPool
+from ckptqual.runs.pool import RankPool
 
 CHUNK_BYTES = 8 << 20  # the ranks' read buffer (ckptqual's DEFAULT_CHUNK_BYTES)
 

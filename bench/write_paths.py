@@ -22,7 +22,7 @@ import textwrap
 from pathlib import Path
 
 from ckptqual.runs.layouts import regular_layout
-from ckptqual.runs.ranks import RankPool
+from ckptqual.runs.pool import RankPool
 
 RANKS = 8
 

@@ -16,7 +16,7 @@ from ckptqual.limits.cache_served import MIN_DEVICE_SHARE, cache_served_reason
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.runs.baseline import measure_baseline
 from ckptqual.runs.fill import FillCampaign
-from ckptqual.runs.ranks import RankPool
+from ckptqual.runs.pool import RankPool
 from ckptqual.runs.sweep.cells import Cell, SweepConfig
 from ckptqual.runs.sweep.driver import SweepRun
 from suite_runs import SMALL, lenient_drive, run_suite

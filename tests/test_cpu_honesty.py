@@ -17,7 +17,7 @@ from ckptqual.limits.judgement import judge
 from ckptqual.limits.limits import Limit, Outcome
 from ckptqual.limits.verdict import Findings, Overall, overall_verdict
 from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
-from ckptqual.runs.ranks import RankPool
+from ckptqual.runs.pool import RankPool
 from suite_runs import SMALL, lenient_drive, results, run_suite
 
 THROTTLE = Path("/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device")

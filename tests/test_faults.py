@@ -13,10 +13,11 @@ import pytest
 
 from ckptqual.host.beneath import RunTree
 from ckptqual.io.engines.base import ReadBackError
-from ckptqual.io.engines.torchread import pread_exactly
+from ckptqual.io.engines.torchread.source import pread_exactly
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.runs.failure import RankFailure
 from ckptqual.runs.fill import FillCampaign, FillError
-from ckptqual.runs.ranks import RankFailure, RankPool
+from ckptqual.runs.pool import RankPool
 from ckptqual.runs.restore import evict_checkpoint
 from suite_runs import junit_cases, suite_properties
 
@@ -74,7 +75,7 @@ def read_back(pool, plan, directory, checkpoint):
 
 
 def data_offset(path: Path, tensor: str) -> int:
-    from ckptqual.io.engines.torchread import read_table
+    from ckptqual.io.engines.torchread.stored import read_table
 
     return next(t.data_offset for t in read_table(path) if t.name == tensor)
 

@@ -14,7 +14,7 @@ from ckptqual.runs.fill import (
     FillError,
     PassResult,
 )
-from ckptqual.runs.ranks import RankPool
+from ckptqual.runs.pool import RankPool
 
 
 def small_plan() -> CheckpointPlan:

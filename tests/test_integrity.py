@@ -18,7 +18,9 @@ from ckptqual.io.engines.base import RankIO
 from ckptqual.io.payload import PayloadGenerator
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.runs import restore
-from ckptqual.runs.ranks import RankFailure, RankPool, Task
+from ckptqual.runs.failure import RankFailure
+from ckptqual.runs.pool import RankPool
+from ckptqual.runs.task import Task
 
 SEED, RANK, CHECKPOINT = 77, 1, 5
 LAYER = FilePlan(
@@ -205,6 +207,34 @@ def test_a_changed_tensor_byte_is_named_by_tensor_and_file_offset(checkpoint, en
     block = 3 * 4096
     message = failure(checkpoint, engine, chunk_bytes)
     assert f"layer-0.pt: tensor 'w' at file offset {start + block} (tensor offset {block}) holds corrupted" in message
+
+
+def padding(raw: bytes, header_offset: int) -> tuple[int, int]:
+    """(file offset, length) of the data of a local header's "FB" padding field, read from the zip layout."""
+    name_bytes, extra_bytes = struct.unpack_from("<HH", raw, header_offset + 26)
+    position = header_offset + 30 + name_bytes
+    while position < header_offset + 30 + name_bytes + extra_bytes:
+        kind, length = struct.unpack_from("<HH", raw, position)
+        if kind == 0x4246:
+            return position + 4, length
+        position += 4 + length
+    raise AssertionError(f"no padding field in the local header at offset {header_offset}")
+
+
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_a_changed_padding_byte_in_a_stream_file_is_named(tmp_path, chunk_bytes, where):
+    """The padding before each tensor's data is keystream the stream engine wrote: a flipped byte there fails the
+    read, named by record and file offset, though every tensor byte and CRC is right."""
+    checkpoint = write_checkpoint(tmp_path, "stream")
+    path = checkpoint / LAYER.path
+    raw = path.read_bytes()
+    start, length = padding(raw, records(path)["archive/data/1"][0])
+    assert length > 64 and len(set(raw[start : start + length])) > 200, "the padding is not keystream"
+    offset = start if where == "first" else start + length - 1
+    flip(path, offset)
+    message = failure(checkpoint, "stream", chunk_bytes)
+    assert f"layer-0.pt: record archive/data/1: padding byte at file offset {offset} holds 0x" in message
+    assert "the padding before tensor 'w'" in message
 
 
 def test_the_crc_of_tensor_data_is_checked(checkpoint, engine, chunk_bytes):

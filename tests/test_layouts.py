@@ -17,7 +17,7 @@ from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.plan.planfile import dump_plan, save_plan
 from ckptqual.plan.strategies import layouts
 from ckptqual.runs.layouts import padded, regular_layout, run_layout
-from ckptqual.runs.ranks import RankPool
+from ckptqual.runs.pool import RankPool
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -26,8 +26,8 @@ from ckptqual.host.cpu import HostSampler
 from ckptqual.plan.workloads import load_workload
 from ckptqual.runs import cluster
 from ckptqual.runs.cluster import Pulse, Worker, shifted_readers
+from ckptqual.runs.failure import RankFailure
 from ckptqual.runs.node import STOP, beat_key
-from ckptqual.runs.ranks import RankFailure
 from ckptqual.runs.secret import write_secret
 from ckptqual.runs.wire import CONTROLLER, Wire
 from suite_runs import REPO, LiveSuite, lenient_drive, parent, user_environment

@@ -192,6 +192,29 @@ def test_even_tiny_tensors_differ_from_one_another(generator):
     assert len(set(tiny)) == len(tiny)
 
 
+def padding(generator: PayloadGenerator, size: int, checkpoint: int, rank: int, file: int, tensor: int) -> bytes:
+    out = np.empty(size, dtype=np.uint8)
+    generator.fill_padding(out, checkpoint, rank, file, tensor)
+    return out.tobytes()
+
+
+def test_padding_is_a_stream_of_its_own_for_each_tensor(generator):
+    """Alignment padding repeats nothing: not another tensor's padding, not the checkpoint before's, not any tensor's
+    data, and no 64-byte window of it repeats within; a shorter pad is the start of a longer one (one stream)."""
+    pads = [padding(generator, 4000, c, r, f, t) for c in (1, 2) for r in (0, 1) for f in (0, 3) for t in (0, 5)]
+    windows = [pad[i : i + 64] for pad in pads for i in range(0, 4000 - 63, 64)]
+    data = generator.expected(4000, 1, 0, 0, 0, 0).tobytes()
+    assert len(set(windows)) == len(windows)
+    assert not {data[i : i + 64] for i in range(0, 4000 - 63, 64)} & set(windows)
+    assert padding(generator, 100, 1, 0, 0, 0) == pads[0][:100]
+    assert len(zlib.compress(b"".join(pads), 9)) > len(b"".join(pads))
+
+
+def test_padding_fields_beyond_32_bits_are_refused(generator):
+    with pytest.raises(ValueError, match=r"payload tensor 4294967296: must be an integer with 0 <= tensor"):
+        padding(generator, 10, 1, 0, 0, 2**32)
+
+
 @pytest.mark.parametrize("seed", [-1, 2**32, 2**40])
 def test_seeds_outside_32_bits_are_refused(seed):
     with pytest.raises(ValueError, match=rf"payload seed {seed}: must be an integer with 0 <= seed < 2\*\*32"):

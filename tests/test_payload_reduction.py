@@ -4,23 +4,31 @@ Each measure runs on one checkpoint's worth of payload (two ranks, odd tensor si
 8 MiB) and on two consecutive checkpoints, as written and after the attacks a similarity- or delta-reducing
 store would try: XOR each block with its neighbour, with the block 8 MiB earlier (a generator that repeats a
 pool), with the block at the same keystream position in another tensor or checkpoint, or with the word at
-its own start (the old generator stored its key there). bench/reduction.py reports the same measures for
-real checkpoint files.
+its own start (the old generator stored its key there). The stream engine's files as written, format and
+alignment padding included, leave no more than torch's fixed records to reduce: padding of zeros (or of torch's
+b"Z") would fail here. bench/reduction.py reports the same measures for real checkpoint files.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import zstandard  # in the test extra: pip install -e ".[test]"
 
+from ckptqual.io.engines import make_engine
+from ckptqual.io.engines.base import RankIO
+from ckptqual.io.engines.torchread.records import read_records
+from ckptqual.io.engines.torchread.source import FileSource
 from ckptqual.io.payload import BLOCK_BYTES, PayloadGenerator
+from ckptqual.plan.model import FilePlan, TensorSpec
 
 SEED = 2025
 CHECKPOINTS = (41, 42)
@@ -33,6 +41,14 @@ TENSORS = {
 }
 MAX_COMPRESSION_GAIN = 0.0005  # random bytes gain nothing (zlib and zstd add a few bytes); 16 B per 4 KiB is more
 EIGHT_MIB_BLOCKS = (8 << 20) // BLOCK_BYTES
+# The files as written: torch's fixed records (zip headers, data.pkl, version, byteorder) are all that may reduce.
+MAX_DUPLICATE_WINDOW_SHARE = 0.001  # 64-byte windows that repeat an earlier one
+MAX_FILE_ZSTD_LONG_GAIN = 0.005
+# Two ranks' file of a layer: tensors of odd sizes (each padded to a 4 KiB boundary), 100 KB on average.
+FILE_PLAN = FilePlan(
+    "layer.pt", tuple(TensorSpec(f"layers.3.t{i}", 37_001 * (i % 6) + 1_111 * i + 3, "int8") for i in range(30))
+)
+FILE_RANKS = (0, 1)
 
 Streams = Sequence[np.ndarray]  # byte sequences as storage sees them: tensors here, whole files in the bench
 Pairs = Sequence[tuple[int, int]]  # indices of streams whose blocks share keystream positions
@@ -124,6 +140,7 @@ MEASURES: dict[str, Callable[[Iterable[np.ndarray]], float]] = {
     "zstd --long": zstd_long_gain,
     "dedup 4 KiB": lambda pieces: dedup_gain(pieces, 4096),
     "dedup 512 B": lambda pieces: dedup_gain(pieces, 512),
+    "dedup 64 B": lambda pieces: dedup_gain(pieces, 64),
 }
 
 
@@ -163,3 +180,42 @@ def test_no_reduction_finds_structure_in_the_payload(samples, scope, attack, mea
     gain = MEASURES[measure](pieces)
     limit = 0.0 if measure.startswith("dedup") else MAX_COMPRESSION_GAIN
     assert gain <= limit, f"{measure} after '{attack}' ({scope}) saves {gain:.4%}, limit {limit:.1%}"
+
+
+def padding_places(path: Path) -> list[tuple[int, int]]:
+    """(file offset, length) of each tensor record's alignment padding, from the archive's zip layout."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        records = read_records(FileSource(fd, str(path), np.empty(0, dtype=np.uint8)))
+    finally:
+        os.close(fd)
+    return [(r.padding_offset, r.padding_bytes) for r in records if r.name.startswith("archive/data/")]
+
+
+@pytest.fixture(scope="module")
+def stream_files(tmp_path_factory) -> list[Path]:
+    """One checkpoint's files of FILE_PLAN, one per rank, as the stream engine writes them."""
+    directory, paths = tmp_path_factory.mktemp("stream-files"), []
+    for rank in FILE_RANKS:
+        path = directory / f"rank-{rank}.pt"
+        make_engine("stream").write(path, FILE_PLAN, 0, RankIO(PayloadGenerator(SEED), rank=rank, checkpoint=7))
+        paths.append(path)
+    return paths
+
+
+def zeroed_padding(path: Path) -> np.ndarray:
+    """The file's bytes with every tensor's padding zeroed, as a writer that pads with zeros leaves them."""
+    data = np.fromfile(path, dtype=np.uint8)
+    for offset, length in padding_places(path):
+        data[offset : offset + length] = 0
+    return data
+
+
+@pytest.mark.parametrize(
+    ("measure", "limit"), [("dedup 64 B", MAX_DUPLICATE_WINDOW_SHARE), ("zstd --long", MAX_FILE_ZSTD_LONG_GAIN)]
+)
+def test_stream_files_as_written_leave_only_the_fixed_records_to_reduce(stream_files, measure, limit):
+    written = MEASURES[measure](np.fromfile(path, dtype=np.uint8) for path in stream_files)
+    assert written <= limit, f"{measure} saves {written:.4%} of the stream engine's files, limit {limit:.1%}"
+    zeroed = MEASURES[measure](zeroed_padding(path) for path in stream_files)
+    assert zeroed > limit, f"{measure} cannot tell padding of zeros: it saves only {zeroed:.4%} of such files"

@@ -17,7 +17,8 @@ from ckptqual.io.payload import PayloadGenerator
 from ckptqual.io.readers.base import ReadShape
 from ckptqual.io.readers.posix import PosixReader
 from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
-from ckptqual.runs.ranks import RankFailure, RankPool
+from ckptqual.runs.failure import RankFailure
+from ckptqual.runs.pool import RankPool
 from ckptqual.runs.sweep.files import SweepFiles
 from suite_runs import REPO, LiveSuite, junit_cases, results
 

@@ -11,7 +11,8 @@ import pytest
 
 from ckptqual.host.cpu import HostSampler
 from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
-from ckptqual.runs.ranks import RankFailure, RankPool
+from ckptqual.runs.failure import RankFailure
+from ckptqual.runs.pool import RankPool
 
 
 def plans(ranks: int, numel: int) -> tuple[RankPlan, ...]:
@@ -102,7 +103,8 @@ def test_ranks_report_their_cpu_time_and_the_host_is_sampled_over_the_timed_regi
 
 KILLED_PARENT = """
 import sys
-from ckptqual.runs.ranks import RankPool, Task
+from ckptqual.runs.pool import RankPool
+from ckptqual.runs.task import Task
 
 pool = RankPool(2, seed=1, timeout_s=60)
 pool._conns[0].send(Task("raw-write"))  # rank 0 alone: it waits at the barrier for rank 1, which never comes

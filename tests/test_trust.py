@@ -150,7 +150,7 @@ def test_every_directory_a_checkpoint_changes_is_fsynced_by_its_ranks(tmp_path):
             import sys
             from pathlib import Path
             from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
-            from ckptqual.runs.ranks import RankPool
+            from ckptqual.runs.pool import RankPool
             def files(rank):
                 return (FilePlan(f"deep/er/m{rank}.pt", (TensorSpec("w", 5000, "int8"),)),
                         FilePlan(f"top{rank}.pt", (TensorSpec("w", 10, "int8"),)))

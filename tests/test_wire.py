@@ -13,8 +13,8 @@ import pytest
 from ckptqual.host.beneath import RunTree
 from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
 from ckptqual.runs.node import inside
-from ckptqual.runs.ranks import Task
 from ckptqual.runs.secret import SecretError, read_secret, write_secret
+from ckptqual.runs.task import Task
 from ckptqual.runs.wire import CONTROLLER, MAX_MESSAGE_BYTES, Refused, Wire, task_body, task_of
 
 SECRET, RUN = b"s" * 32, "run1"

@@ -3,6 +3,7 @@ same records (what torch.load and the read-back were proven against), in few wri
 page cache; the zip64 records past 2 GiB match zipfile's without writing gigabytes."""
 
 import io
+import os
 import shutil
 import struct
 import subprocess
@@ -57,8 +58,9 @@ def zipfile_archive(path: Path, spec: FilePlan, generator: PayloadGenerator, che
             info = zipfile.ZipInfo(f"{ARCHIVE}/{data_record(number)}")
             info.file_size = tensor.nbytes
             end = file.tell() + 30 + len(info.filename) + 4 + 20
-            pad = -end % ALIGNMENT
-            info.extra = struct.pack("<HH", 0x4246, pad) + b"Z" * pad
+            padding = np.empty(-end % ALIGNMENT, dtype=np.uint8)  # keystream of the tensor's own padding stream
+            generator.fill_padding(padding, checkpoint, rank, index, number)
+            info.extra = struct.pack("<HH", 0x4246, padding.nbytes) + padding.tobytes()
             with archive.open(info, "w", force_zip64=True) as stream:
                 stream.write(generator.expected(tensor.nbytes, checkpoint, rank, index, number, 0).tobytes())
             info.extra = b""
@@ -144,9 +146,10 @@ def test_zip64_records_past_2_gib_match_zipfile(monkeypatch):
         entries = []
         for number, size in enumerate(sizes):
             entry = Entry(data_record(number), sink.tell(), size, tensor=True)
+            entry.padding = os.urandom(entry.pad)
             info = zipfile.ZipInfo(f"{ARCHIVE}/{data_record(number)}")
             info.file_size = size
-            info.extra = struct.pack("<HH", 0x4246, entry.pad) + b"Z" * entry.pad
+            info.extra = struct.pack("<HH", 0x4246, entry.pad) + entry.padding
             with archive.open(info, "w", force_zip64=True) as stream:
                 for start in range(0, size, zeros.nbytes):
                     stream.write(zeros[: min(zeros.nbytes, size - start)])

@@ -30,7 +30,7 @@ _LOOP_INFO64 = struct.Struct("=QQQQQIIII64s64s32s2Q")  # struct loop_info64: lo_
 
 
 class OnHost(Protocol):
-    """Where some ranks ran (runs.ranks.NodeTiming)."""
+    """Where some ranks ran (runs.timing.NodeTiming)."""
 
     hostname: str
 

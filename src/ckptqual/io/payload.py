@@ -4,6 +4,8 @@ Every 4 KiB block is AES-128-CTR keystream that depends on the block's identity 
 file, tensor, block index), so no compression, deduplication, XOR or delta between blocks finds structure.
 Its first 32 bytes are a header naming that identity, encrypted under a fixed public key (part of the
 format), so any block, even one from another run, can be read back and named while it still looks random.
+The alignment padding before a tensor's data is keystream of its own stream (`fill_padding`), so that no byte a
+writer chooses repeats.
 """
 
 from __future__ import annotations
@@ -165,11 +167,23 @@ class PayloadGenerator:
             piece = out[start : start + _ZEROS.nbytes]
             keystream.update_into(_ZEROS[: piece.nbytes], piece)
 
+    def fill_padding(self, out: np.ndarray, checkpoint: int, rank: int, file: int, tensor: int) -> None:
+        """Write the keystream of the alignment padding before tensor `tensor`'s data into `out` (contiguous uint8).
+
+        A stream of its own (no block headers: a pad is shorter than a block), so that padding repeats nothing,
+        neither other padding nor any tensor's bytes.
+        """
+        for name, value in (("checkpoint", checkpoint), ("rank", rank), ("file", file), ("tensor", tensor)):
+            _check_field(name, value)
+        if out.nbytes:
+            block_id = BlockId(self.seed, checkpoint, rank, file, tensor, 0)
+            self._keystream(out, self._stream_id(block_id, b"ckptqual-pad"), 0)
+
     @staticmethod
-    def _stream_id(block_id: BlockId) -> int:
-        """64-bit CTR nonce of one tensor's keystream."""
+    def _stream_id(block_id: BlockId, person: bytes = b"ckptqual-stream") -> int:
+        """64-bit CTR nonce of one tensor's keystream (or, under another `person`, of its padding's)."""
         fields = struct.pack("<5I", block_id.seed, block_id.checkpoint, block_id.rank, block_id.file, block_id.tensor)
-        return int.from_bytes(hashlib.blake2b(fields, digest_size=8, person=b"ckptqual-stream").digest(), "big")
+        return int.from_bytes(hashlib.blake2b(fields, digest_size=8, person=person).digest(), "big")
 
     def expected(self, size: int, checkpoint: int, rank: int, file: int, tensor: int, offset: int) -> np.ndarray:
         """A fresh buffer holding the payload of tensor bytes [offset, offset + size)."""

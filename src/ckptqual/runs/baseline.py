@@ -19,7 +19,8 @@ from ckptqual.host.device_bytes import DeviceBytes, Devices
 from ckptqual.limits.cache_served import cache_served_reason
 from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.runs import raw
-from ckptqual.runs.ranks import CheckpointTiming, Pool
+from ckptqual.runs.pool import Pool
+from ckptqual.runs.timing import CheckpointTiming
 
 
 @dataclass

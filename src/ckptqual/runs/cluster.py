@@ -27,6 +27,7 @@ import torch.distributed as dist
 from ckptqual.host.cpu import HostSampler, at_once
 from ckptqual.io.engines.base import DEFAULT_CHUNK_BYTES
 from ckptqual.plan.model import RankPlan
+from ckptqual.runs.failure import RankFailure, failure_of
 from ckptqual.runs.node import (
     BEAT_S,
     CONNECT_TIMEOUT_S,
@@ -38,20 +39,11 @@ from ckptqual.runs.node import (
     starttime,
     task_queue,
 )
-from ckptqual.runs.ranks import (
-    START_TIMEOUT_S,
-    CheckpointTiming,
-    NodeTiming,
-    Pool,
-    RankFailure,
-    Task,
-    failure_of,
-    host_use,
-    late_reason,
-    process_state,
-    rank_timings,
-)
+from ckptqual.runs.pool import START_TIMEOUT_S, Pool
+from ckptqual.runs.processes import late_reason, process_state
 from ckptqual.runs.secret import write_secret
+from ckptqual.runs.task import Task
+from ckptqual.runs.timing import CheckpointTiming, NodeTiming, host_use, rank_timings
 from ckptqual.runs.wire import CONTROLLER, Message, Refused, Wire, reply_of, task_body
 
 READS = ("read", "raw-read")  # operations whose ranks read what the next node wrote

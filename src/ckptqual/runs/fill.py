@@ -20,7 +20,9 @@ from ckptqual.host.device_bytes import DeviceBytes, Devices
 from ckptqual.limits.cache_served import cache_served_reason
 from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.plan.model import CheckpointPlan
-from ckptqual.runs.ranks import CheckpointTiming, Pool, RankFailure
+from ckptqual.runs.failure import RankFailure
+from ckptqual.runs.pool import Pool
+from ckptqual.runs.timing import CheckpointTiming
 
 # Payload generation must be at least this many times faster than the checkpoint rate.
 MIN_GENERATOR_HEADROOM = 2.0

@@ -15,7 +15,7 @@ from ckptqual.faults import RunError
 from ckptqual.host.beneath import RunTree
 from ckptqual.limits.limits import MIN_JUDGED_BYTES
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
-from ckptqual.runs.ranks import Pool
+from ckptqual.runs.pool import Pool
 from ckptqual.runs.restore import evict_checkpoint
 
 # Payload checkpoint numbers of layout examples: far above any fill checkpoint, so blocks never repeat.

@@ -2,7 +2,7 @@
 
 Each worker is one global rank of the plan: it joins the torchrun job's gloo group, takes its tasks from the
 controller's TCPStore (the pytest process on node 0, runs.cluster), meets every rank of every node at a gloo barrier,
-does the rank operation of runs.ranks and posts its reply. A worker ends when the controller says stop or is gone, and
+does the rank operation of runs.worker and posts its reply. A worker ends when the controller says stop or is gone, and
 when the gloo group breaks (a node died): it then says which rank lost its peers, so that the controller fails the
 checkpoint at once, and exits, so that torchrun's agent on its node stops too. Every message it reads or puts in the
 store is signed with the run's secret (runs.wire); one that does not verify is refused and told, never acted on.
@@ -28,9 +28,11 @@ from ckptqual.host.beneath import PlantedEntry, RunTree
 from ckptqual.host.cpu import HostSampler
 from ckptqual.io.engines.base import RankIO
 from ckptqual.io.payload import PayloadGenerator
-from ckptqual.runs.ranks import RankFailure, Task, run_task
+from ckptqual.runs.failure import RankFailure
 from ckptqual.runs.secret import SecretError, read_secret
+from ckptqual.runs.task import Task
 from ckptqual.runs.wire import CONTROLLER, Refused, Wire, reply_data, task_of
+from ckptqual.runs.worker import run_task
 
 # Keys of the controller's store.
 RUN, STOP, EVENTS = "ckptqual/run", "ckptqual/stop", "ckptqual/events"

@@ -34,9 +34,10 @@ from ckptqual.runs.baseline import measure_baseline
 from ckptqual.runs.cluster import NodePool
 from ckptqual.runs.early_stop import stop_reason
 from ckptqual.runs.events import Broadcast, RunEvents
+from ckptqual.runs.failure import RankFailure
 from ckptqual.runs.fill import CheckpointRecord, EarlyStop, FillCampaign, PassResult
 from ckptqual.runs.layouts import LayoutResult, run_layout
-from ckptqual.runs.ranks import Pool, RankFailure, RankPool
+from ckptqual.runs.pool import Pool, RankPool
 from ckptqual.runs.restore import RestoreResult, evict_checkpoint
 from ckptqual.runs.written import SuiteWrites
 

@@ -21,7 +21,9 @@ from typing import Any
 from ckptqual.faults import RUN_FAULTS, TARGET_FAULTS
 from ckptqual.host.cpu import Mark
 from ckptqual.plan.model import DTYPE_BYTES, FilePlan, RankPlan, TensorSpec
-from ckptqual.runs.ranks import OPERATIONS, RankFailure, Task
+from ckptqual.runs.failure import RankFailure
+from ckptqual.runs.task import Task
+from ckptqual.runs.worker import OPERATIONS
 
 CONTROLLER = -1  # the sender number of the controller; a worker's is its global rank
 MAX_MESSAGE_BYTES = 4 << 20
@@ -334,14 +336,14 @@ def task_of(body: Mapping[str, Any]) -> Task:
 
 
 def reply_data(reply: Mapping[str, Any]) -> dict[str, Any]:
-    """A rank's reply (runs.ranks.run_task) as plain data: its marks as objects."""
+    """A rank's reply (runs.worker.run_task) as plain data: its marks as objects."""
     if "marks" not in reply:
         return dict(reply)
     return {**reply, "marks": [vars(mark) | {"cpu": list(mark.cpu)} for mark in reply["marks"]]}
 
 
 def reply_of(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The reply runs.ranks reads, of a checked reply body."""
+    """The reply runs.timing and runs.failure read, of a checked reply body."""
     if "marks" not in data:
         return dict(data)
     return {**data, "marks": tuple(Mark(m["wall"], tuple(m["cpu"]), m["io_ms"]) for m in data["marks"])}

@@ -9,16 +9,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from ckptqual.host.beneath import RunTree
 from ckptqual.io.payload import Mismatch, PayloadGenerator, find_mismatches
 from ckptqual.plan.model import FilePlan
-
-if TYPE_CHECKING:
-    from ckptqual.io.engines.torchread import ExpectedArchive
 
 DEFAULT_CHUNK_BYTES = 8 << 20
 MAX_REPORTED = 5  # wrong blocks named in one failure; a read stops looking after one more
@@ -53,6 +50,14 @@ class RankIO:
         self.generator.fill(out, self.checkpoint, self.rank, file, tensor, offset)
         self.payload_cpu_s += time.thread_time() - start
         self.generated_bytes += out.nbytes
+
+    def padding(self, size: int, file: int, tensor: int) -> bytes:
+        """The `size` bytes of keystream that pad the file before tensor `tensor`'s data; CPU time counted."""
+        start = time.thread_time()
+        out = np.empty(size, dtype=np.uint8)
+        self.generator.fill_padding(out, self.checkpoint, self.rank, file, tensor)
+        self.payload_cpu_s += time.thread_time() - start
+        return out.tobytes()
 
     def verify(self, data: np.ndarray, file: int, tensor: int, offset: int) -> list[Mismatch]:
         """The blocks of `data` (tensor bytes from `offset`) that differ from this rank's payload; CPU time counted."""
@@ -134,10 +139,6 @@ class Engine(Protocol):
         """Checks structure, records, CRCs, pickle and payload; returns the wrong blocks (stopping after
         MAX_REPORTED + 1), raises IntegrityError for other damage, ReadBackError for a failed read; messages
         name the file as `label`."""
-        ...
-
-    def expected_archive(self, spec: FilePlan, checkpoint: int, rank: int, file_index: int) -> ExpectedArchive:
-        """What this engine writes for one file, record by record, as the read checks it."""
         ...
 
 

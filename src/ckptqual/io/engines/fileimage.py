@@ -35,7 +35,7 @@ class FileImage:
         except OSError as error:
             if direct and error.errno == 22:  # EINVAL: the filesystem refuses O_DIRECT (tmpfs before Linux 6.6)
                 raise OSError(
-                    error.errno, f"{error.strerror}: O_DIRECT is not supported here; use --engine stream", str(path)
+                    error.errno, f'{error.strerror}: O_DIRECT is not supported here; set engine = "stream"', str(path)
                 ) from None
             raise
         self.window, self.direct = window, direct

@@ -1,8 +1,9 @@
 """Reading a checkpoint file back and proving it exact: the steps both engines' `read` share.
 
-The archive is checked as `torch.load` needs it, without trusting torch (`torchread.check_archive`); then each
-tensor's bytes are read once, the payload check and the record's CRC32 running over the same chunks. A wrong
-block is a Problem naming file, tensor and offset; other damage an IntegrityError; a failed read a ReadBackError.
+The archive is checked as `torch.load` needs it, without trusting torch (`torchread.expected.check_archive`), and
+padding the writer made keystream is checked against it; then each tensor's bytes are read once, the payload check
+and the record's CRC32 running over the same chunks. A wrong block is a Problem naming file, tensor and offset;
+other damage an IntegrityError; a failed read a ReadBackError.
 """
 
 from __future__ import annotations
@@ -20,15 +21,10 @@ import torch
 
 from ckptqual.io.crc import crc32
 from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO
-from ckptqual.io.engines.torchread import (
-    ExpectedArchive,
-    FileSource,
-    FormatError,
-    TensorRecord,
-    check_archive,
-    check_crc,
-    first_difference,
-)
+from ckptqual.io.engines.torchread.expected import ExpectedArchive, TensorRecord, check_archive
+from ckptqual.io.engines.torchread.findings import FormatError, first_difference
+from ckptqual.io.engines.torchread.records import check_crc
+from ckptqual.io.engines.torchread.source import FileSource
 from ckptqual.plan.model import TensorSpec
 
 Chunks = Iterable[tuple[int, np.ndarray]]  # (tensor offset, bytes from there)
@@ -68,15 +64,34 @@ def checked_tensors(file: ArchiveFile, io: RankIO) -> list[TensorRecord]:
 
 
 def read_archive(file: ArchiveFile, io: RankIO) -> list[Problem]:
-    """Checks the archive, then reads each tensor in buffer-sized chunks from its file offset."""
+    """Checks the archive and its padding, then reads each tensor in buffer-sized chunks from its file offset."""
     with _opened(file, io) as source:
+        tensors = _checked(file, source)
+        if file.expected.padding_is_payload:
+            check_padding(io, file, source, tensors)
 
         def chunks(tensor: TensorRecord) -> Chunks:
             record = tensor.record
             for offset in range(0, record.size, io.chunk_bytes):
                 yield offset, source.chunk(record.data_offset + offset, min(io.chunk_bytes, record.size - offset))
 
-        return check_tensors(io, file, _checked(file, source), chunks)
+        return check_tensors(io, file, tensors, chunks)
+
+
+def check_padding(io: RankIO, file: ArchiveFile, source: FileSource, tensors: list[TensorRecord]) -> None:
+    """Each tensor's alignment padding must be the keystream written there; an IntegrityError names the first wrong
+    byte by record and file offset."""
+    for tensor in tensors:
+        record = tensor.record
+        found = source.read(record.padding_offset, record.padding_bytes)
+        wanted = io.padding(record.padding_bytes, file.index, tensor.index)
+        if found != wanted:
+            at = first_difference(found, wanted)
+            raise IntegrityError(
+                f"{file.label}: record {record.name}: padding byte at file offset {record.padding_offset + at} holds "
+                f"0x{found[at]:02x}, the keystream written there is 0x{wanted[at]:02x} (the padding before tensor "
+                f"{tensor.spec.name!r}'s data changed)"
+            )
 
 
 def check_tensors(

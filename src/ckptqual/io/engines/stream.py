@@ -12,7 +12,7 @@ from ckptqual.io.engines.base import Problem, RankIO
 from ckptqual.io.engines.fileimage import BLOCK, FileImage, aligned_buffer
 from ckptqual.io.engines.readback import ArchiveFile, read_archive
 from ckptqual.io.engines.torchformat import ALIGNMENT, Entry, central_directory, data_record, head_records, tail_records
-from ckptqual.io.engines.torchread import ExpectedArchive
+from ckptqual.io.engines.torchread.expected import ExpectedArchive
 from ckptqual.plan.model import FilePlan
 
 
@@ -41,12 +41,12 @@ class StreamEngine:
         return read_archive(ArchiveFile(path, label, file_index, expected), io)
 
     def expected_archive(self, spec: FilePlan, checkpoint: int, rank: int, file_index: int) -> ExpectedArchive:
-        """Every small record is known to the byte."""
+        """Every small record is known to the byte, and every byte of padding."""
         records: dict[str, bytes | None] = {
             **head_records(spec.tensors),
             **tail_records(serialization_id(checkpoint, rank, file_index)),
         }
-        return ExpectedArchive("the stream engine", spec.tensors, records, ALIGNMENT)
+        return ExpectedArchive("the stream engine", spec.tensors, records, ALIGNMENT, padding_is_payload=True)
 
 
 def serialization_id(checkpoint: int, rank: int, file_index: int) -> str:
@@ -56,12 +56,14 @@ def serialization_id(checkpoint: int, rank: int, file_index: int) -> str:
 
 def write_archive(image: FileImage, spec: FilePlan, serialization_id: str, file_index: int, io: RankIO) -> None:
     """The whole torch archive of `spec` through `image`: small records and headers placed in the window, the
-    payload generated in place and its CRC taken there; a tensor's header is completed once its CRC is known."""
+    payload generated in place and its CRC taken there; a tensor's header is completed once its CRC is known. The
+    padding that aligns each tensor's data is keystream too, so no byte the writer chooses repeats."""
     entries: list[Entry] = []
     for name, data in head_records(spec.tensors).items():
         entries.append(_small(image, name, data))
     for index, tensor in enumerate(spec.tensors):
         entry = Entry(data_record(index), image.position, tensor.nbytes, tensor=True)
+        entry.padding = io.padding(entry.pad, file_index, index)
         image.pin()
         image.put(entry.local_header())
         crc = offset = 0

@@ -1,5 +1,10 @@
 """`torch-save` engine: each file built in memory and written with `torch.save`, as the review did, and read
-back with `torch.load`, as a restarting job would."""
+back with `torch.load`, as a restarting job would.
+
+Its tensor data is the payload, but torch.save writes the rest itself: its own pickle, a serialization id, and
+the padding that aligns each tensor's data to 64 bytes (torch fills it with b"Z"), which this engine cannot make
+keystream; the read checks that padding only as part of the file's layout, not byte for byte.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from ckptqual.io.engines import readback
 from ckptqual.io.engines.base import IntegrityError, Problem, RankIO, opened_path
 from ckptqual.io.engines.readback import ArchiveFile, Chunks
 from ckptqual.io.engines.torchformat import BYTEORDER, FILE_VERSION, FORMAT_VERSION
-from ckptqual.io.engines.torchread import ExpectedArchive, TensorRecord
+from ckptqual.io.engines.torchread.expected import ExpectedArchive, TensorRecord
 from ckptqual.plan.model import FilePlan
 
 TORCH_SAVE_ALIGNMENT = 64  # torch.save's default storage alignment (torch.serialization.config.save)

@@ -4,7 +4,9 @@ The archive holds what torch 2.x writes: `data.pkl` (a protocol-2 pickle of a di
 storages are persistent ids), `.format_version`, `.storage_alignment`, `byteorder`, one `data/<key>` record
 per tensor, `version` and `.data/serialization_id`; `torch.load` reads it as its own. Tensor data starts at
 a multiple of 4 KiB in the file (torch.save aligns to 64 bytes; the format allows any alignment and names it
-in `.storage_alignment`), so a 4 KiB drive sector holds bytes of one payload block only.
+in `.storage_alignment`), so a 4 KiB drive sector holds bytes of one payload block only. The padding that aligns
+it (the "FB" extra field of the tensor's local header) is keystream the writer gives, not zeros: every byte the
+format leaves to the writer is payload that no data-reducing storage can shrink.
 """
 
 from __future__ import annotations
@@ -18,6 +20,22 @@ from dataclasses import dataclass
 
 import torch
 
+from ckptqual.io.engines.zipheaders import (
+    CENTRAL,
+    CENTRAL_SIGNATURE,
+    END,
+    END_SIGNATURE,
+    EXTRA_HEADER,
+    LOCAL,
+    LOCAL_SIGNATURE,
+    PAD_EXTRA_ID,
+    SATURATED,
+    ZIP64_END,
+    ZIP64_END_SIGNATURE,
+    ZIP64_EXTRA_ID,
+    ZIP64_LOCATOR,
+    ZIP64_LOCATOR_SIGNATURE,
+)
 from ckptqual.plan.model import TensorSpec
 
 ARCHIVE = "archive"
@@ -26,7 +44,6 @@ FORMAT_VERSION = b"1"
 FILE_VERSION = b"3\n"
 BYTEORDER = b"little"
 _ZIP64_EXTRA_BYTES = 20  # the zip64 field of a tensor's local header
-_PAD_EXTRA_ID = 0x4246  # "FB", the padding field torch's writer uses
 
 
 class _StorageRef:
@@ -99,11 +116,7 @@ def data_record(index: int) -> str:
 _ZIP64_LIMIT = (1 << 31) - 1  # zipfile's: past it, sizes and offsets move into zip64 fields
 _COUNT_LIMIT = (1 << 16) - 1
 _DOS_DATE = 1 << 5 | 1  # 1980-01-01, zipfile's default date; time 00:00:00
-_LOCAL = struct.Struct("<4s2B4HL2L2H")
-_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
-_END = struct.Struct("<4s4H2LH")
-_END64 = struct.Struct("<4sQ2H2L4Q")
-_LOCATOR64 = struct.Struct("<4sLQL")
+_MADE_ON_UNIX = 3 << 8  # the high byte of "version made by"
 _EXTERNAL_ATTR = 0o600 << 16
 
 
@@ -116,6 +129,7 @@ class Entry:
     size: int
     crc: int = 0
     tensor: bool = False  # tensor records: zip64 local header, padded so that the data starts at ALIGNMENT
+    padding: bytes = b""  # a tensor record's `pad` bytes of padding (keystream, from the writer)
 
     @property
     def encoded(self) -> bytes:
@@ -125,17 +139,22 @@ class Entry:
     def pad(self) -> int:
         if not self.tensor:
             return 0
-        return -(self.offset + _LOCAL.size + len(self.encoded) + 4 + _ZIP64_EXTRA_BYTES) % ALIGNMENT
+        return -(self.offset + LOCAL.size + len(self.encoded) + EXTRA_HEADER.size + _ZIP64_EXTRA_BYTES) % ALIGNMENT
 
     def local_header(self) -> bytes:
         name = self.encoded
         if not self.tensor:
-            fields = (20, 0, 0, 0, 0, _DOS_DATE, self.crc, self.size, self.size, len(name), 0)
-            return _LOCAL.pack(b"PK\x03\x04", *fields) + name
-        extra = struct.pack("<HH", _PAD_EXTRA_ID, self.pad) + b"Z" * self.pad
-        extra += struct.pack("<HHQQ", 1, 16, self.size, self.size)
-        fields = (45, 0, 0, 0, 0, _DOS_DATE, self.crc, 0xFFFFFFFF, 0xFFFFFFFF, len(name), len(extra))
-        return _LOCAL.pack(b"PK\x03\x04", *fields) + name + extra
+            fields = (20, 0, 0, 0, _DOS_DATE, self.crc, self.size, self.size, len(name), 0)
+            return LOCAL.pack(LOCAL_SIGNATURE, *fields) + name
+        if len(self.padding) != self.pad:
+            raise ValueError(
+                f"record {ARCHIVE}/{self.name}: {len(self.padding)} bytes of padding given, its data needs {self.pad} "
+                f"to start at a multiple of {ALIGNMENT}; set Entry.padding to that many"
+            )
+        extra = EXTRA_HEADER.pack(PAD_EXTRA_ID, self.pad) + self.padding
+        extra += struct.pack("<HHQQ", ZIP64_EXTRA_ID, 16, self.size, self.size)
+        fields = (45, 0, 0, 0, _DOS_DATE, self.crc, SATURATED, SATURATED, len(name), len(extra))
+        return LOCAL.pack(LOCAL_SIGNATURE, *fields) + name + extra
 
     @property
     def data_offset(self) -> int:
@@ -146,15 +165,15 @@ class Entry:
         size = self.size
         if size > _ZIP64_LIMIT:
             values += [size, size]
-            size = 0xFFFFFFFF
+            size = SATURATED
         offset = self.offset
         if offset > _ZIP64_LIMIT:
             values.append(offset)
-            offset = 0xFFFFFFFF
-        extra = struct.pack(f"<HH{len(values)}Q", 1, 8 * len(values), *values) if values else b""
+            offset = SATURATED
+        extra = struct.pack(f"<HH{len(values)}Q", ZIP64_EXTRA_ID, 8 * len(values), *values) if values else b""
         version = 45 if values or self.tensor else 20
-        fields = (version, 3, version, 0, 0, 0, 0, _DOS_DATE, self.crc, size, size, len(name), len(extra), 0, 0, 0)
-        return _CENTRAL.pack(b"PK\x01\x02", *fields, _EXTERNAL_ATTR, offset) + name + extra
+        fields = (version | _MADE_ON_UNIX, version, 0, 0, 0, _DOS_DATE, self.crc, size, size, len(name), len(extra))
+        return CENTRAL.pack(CENTRAL_SIGNATURE, *fields, 0, 0, 0, _EXTERNAL_ATTR, offset) + name + extra
 
 
 def central_directory(entries: list[Entry], start: int) -> bytes:
@@ -162,7 +181,7 @@ def central_directory(entries: list[Entry], start: int) -> bytes:
     directory = b"".join(entry.central_header() for entry in entries)
     count, size, end = len(entries), len(directory), start + len(directory)
     if count > _COUNT_LIMIT or start > _ZIP64_LIMIT or size > _ZIP64_LIMIT:
-        directory += _END64.pack(b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, size, start)
-        directory += _LOCATOR64.pack(b"PK\x06\x07", 0, end, 1)
-        count, size, start = min(count, 0xFFFF), min(size, 0xFFFFFFFF), min(start, 0xFFFFFFFF)
-    return directory + _END.pack(b"PK\x05\x06", 0, 0, count, count, size, start, 0)
+        directory += ZIP64_END.pack(ZIP64_END_SIGNATURE, 44, 45, 45, 0, 0, count, count, size, start)
+        directory += ZIP64_LOCATOR.pack(ZIP64_LOCATOR_SIGNATURE, 0, end, 1)
+        count, size, start = min(count, 0xFFFF), min(size, SATURATED), min(start, SATURATED)
+    return directory + END.pack(END_SIGNATURE, 0, 0, count, count, size, start, 0)

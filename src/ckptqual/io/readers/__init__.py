@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from ckptqual.host.gpu import HostGpu
-from ckptqual.io.readers.base import HostBuffers, Reader, ReadShape
+from ckptqual.io.readers.base import TRANSFERS, HostBuffers, Reader, ReadShape
 
 __all__ = ["TRANSFERS", "HostBuffers", "ReadShape", "Reader", "make_reader"]
-
-TRANSFERS = ("gpu-direct", "cpu-gpu", "cpu-only")
 
 
 def make_reader(transfer: str, host: HostGpu) -> Reader:

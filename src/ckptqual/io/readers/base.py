@@ -20,6 +20,7 @@ import numpy as np
 from ckptqual.host.beneath import RunTree
 
 ALIGN_BYTES = 4096  # O_DIRECT and GDS both want 4 KiB-aligned offsets, sizes and buffers
+TRANSFERS = ("gpu-direct", "cpu-gpu", "cpu-only")  # how read data reaches the GPU, as the sweep names them
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,7 @@ import numpy as np
 
 from ckptqual.host import gpu
 from ckptqual.host.beneath import RunTree
-from ckptqual.io.readers import TRANSFERS
-from ckptqual.io.readers.base import ALIGN_BYTES, HostBuffers, ReadShape
+from ckptqual.io.readers.base import ALIGN_BYTES, TRANSFERS, HostBuffers, ReadShape
 
 
 class _Pending:

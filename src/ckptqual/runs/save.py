@@ -1,0 +1,53 @@
+"""Save: every rank writes its files of one checkpoint and makes them durable, directories included; the write
+operation beside restore's read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ckptqual.faults import on_path
+from ckptqual.io.engines import make_engine
+from ckptqual.io.engines.base import RankIO, fsync_directory, fsync_path
+from ckptqual.runs.task import Task
+
+
+def directories_to_sync(directory: Path, file_paths: list[str]) -> list[Path]:
+    """Every directory a checkpoint's files create or change: each file's parent up to the checkpoint directory,
+    and the directory that holds the checkpoint directory (it gains its entry); deepest first."""
+    chain = {directory, directory.parent}
+    for relative in file_paths:
+        chain.update((directory / relative).parents)
+    return sorted((d for d in chain if d == directory.parent or directory in (d, *d.parents)), key=_depth, reverse=True)
+
+
+def _depth(path: Path) -> int:
+    return len(path.parts)
+
+
+def write_checkpoint_files(io: RankIO, task: Task) -> int:
+    """Rank side: writes the rank's files of one checkpoint with the task's engine, then fsyncs files and directories.
+
+    The rank creates the directories it needs, so that the main process never waits on the drive. Syncing
+    once all files are written, not after each, lets the filesystem batch the journal commits of a rank's
+    many small files; the rank is done only when everything it wrote is durable, every directory whose
+    entries changed included (the checkpoint's own and the one that holds it).
+    """
+    engine = make_engine(task.options["engine"])
+    directory, plan = Path(task.directory), task.plan
+    paths = [directory / spec.path for spec in plan.files]
+    io.stage = "mkdir"
+    for parent in sorted({directory} | {path.parent for path in paths}):
+        with io.directory(parent, create=True):
+            pass
+    io.stage = "write"
+    for index, (path, spec) in enumerate(zip(paths, plan.files, strict=True)):
+        try:
+            engine.write(path, spec, index, io)
+        except OSError as error:
+            raise on_path(error, path) from None
+    io.stage = "fsync"
+    for path in paths:
+        fsync_path(io, path)
+    for parent in directories_to_sync(directory, [spec.path for spec in plan.files]):
+        fsync_directory(io, parent)
+    return plan.nbytes

@@ -1,0 +1,91 @@
+"""A rank process: waits for a task, meets the other ranks at the barrier, does the task timed and reports it; a
+failure is reported, never raised, and the rank ends with its parent."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ckptqual.faults import RunError, fault_of_errno, os_error_line
+from ckptqual.host.beneath import PlantedEntry
+from ckptqual.io.engines.base import IntegrityError, RankIO
+from ckptqual.io.payload import PayloadGenerator
+from ckptqual.runs import raw, restore, save
+from ckptqual.runs.task import Task
+
+_PARENT_POLL_S = 0.5  # how soon a rank notices that its run is gone
+
+_OPERATIONS: dict[str, Callable[[RankIO, Task], int]] = {
+    "write": save.write_checkpoint_files,
+    "raw-write": raw.write_sequential,
+    "raw-read": raw.read_sequential,
+    "read": restore.read_checkpoint_files,
+}
+OPERATIONS = tuple(_OPERATIONS)  # the operations a task may name
+# Checks that follow an operation outside its timed region; their reply fields join the operation's.
+_AFTER_TIMING: dict[str, Callable[[RankIO, Task], dict[str, Any]]] = {"read": restore.load_sample}
+
+
+def serve(rank: int, seed: int, chunk_bytes: int, conn: Connection, barrier: Any) -> None:
+    """A rank's loop: wait for a task, meet the others at the barrier, do it, report; ends with its parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
+    threading.Thread(target=_end_with, args=(os.getppid(),), name="ckptqual-parent-watch", daemon=True).start()
+    io = RankIO(PayloadGenerator(seed), rank=rank, chunk_bytes=chunk_bytes)
+    with contextlib.suppress(EOFError, OSError):  # the parent is gone: nothing left to report to
+        conn.send({"ready": True})
+        while (task := conn.recv()).op != "stop":
+            conn.send(run_task(io, task, barrier))
+
+
+def _end_with(parent: int) -> None:
+    """Ends this rank once `parent` is gone (a run killed by SIGKILL): the pipe's end of file reaches a rank only
+    between tasks, and one waiting at the barrier for a rank that never comes would wait forever."""
+    while os.getppid() == parent:
+        time.sleep(_PARENT_POLL_S)
+    os._exit(1)
+
+
+def run_task(io: RankIO, task: Task, barrier: Any) -> dict[str, Any]:
+    """Meets the other ranks at `barrier` (anything with `wait()`), does the task timed and reports it; a failure is
+    reported, never raised."""
+    io.checkpoint, io.payload_cpu_s, io.generated_bytes, io.stage = task.checkpoint, 0.0, 0, task.op
+    try:
+        barrier.wait()
+        with task.run_root().open() as io.tree:  # opened untimed, before the common start
+            first = task.sampler.mark()
+            cpu_start = time.process_time()
+            moved = _OPERATIONS[task.op](io, task)
+            cpu_s = time.process_time() - cpu_start
+            last = task.sampler.mark()
+            reply = {"start": first.wall, "end": last.wall, "bytes": moved, "payload_cpu_s": io.payload_cpu_s}
+            reply |= {"cpu_s": cpu_s, "marks": (first, last)}
+            return reply | (_AFTER_TIMING[task.op](io, task) if task.op in _AFTER_TIMING else {})
+    except Exception as error:
+        return _failure_reply(error, io.stage)
+    finally:
+        io.tree = None
+
+
+def _failure_reply(error: Exception, stage: str) -> dict[str, Any]:
+    """What a rank reports of an exception: one line, whose fault it is, and the errno of an I/O error."""
+    if isinstance(error, RunError):
+        return {"error": str(error), "fault": error.fault, "errno": error.errno}
+    if isinstance(error, PlantedEntry):
+        return {"error": f"{stage}: {error}", "fault": "planted", "errno": error.errno}
+    if isinstance(error, OSError):
+        return {"error": os_error_line(error, stage), "fault": fault_of_errno(error.errno), "errno": error.errno}
+    if isinstance(error, IntegrityError):
+        return {"error": f"{type(error).__name__}: {error}", "fault": "integrity", "errno": None}
+    return {
+        "error": f"{type(error).__name__}: {error}",
+        "fault": "crash",
+        "errno": None,
+        "trace": traceback.format_exc(),
+    }
