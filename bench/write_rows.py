@@ -1,4 +1,4 @@
-"""The write rows of issue 10, one command per row: ckptqual's writers against fio (and DLIO) side by side.
+"""The write benchmarks, one command per row: ckptqual's writers against fio (and DLIO) side by side.
 
 Every round runs every tool of the row once, the order rotating from round to round, with the page cache
 dropped (and dirty pages synced) before each tool, so that noise on a shared host hits all tools alike.

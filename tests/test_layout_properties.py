@@ -32,7 +32,7 @@ SMALL = {"max_total_bytes": 2 << 20, "max_files": 32}
 
 
 def model_tensor_sizes(arch: Architecture) -> tuple[dict[str, int], set[str]]:
-    """Every logical model tensor's full size (REFERENCE 2b, written out apart from workloads), and the norms."""
+    """Every logical model tensor's full size (docs/facts.md, written out apart from workloads), and the norms."""
     h, ffn, vocab = arch.hidden, arch.ffn_hidden, arch.vocab
     d_kv = h // arch.heads * arch.kv_heads
     sizes = {"embedding": h * vocab, "lm_head": h * vocab, "final_norm": h}

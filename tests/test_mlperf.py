@@ -25,7 +25,7 @@ from suite_runs import junit_cases, results, run_suite
 # get_num_parameters, get_layer_parameters, get_layer_index, get_optimization_groups and save_checkpoint (which ranks
 # save what); model tensors fp16 (2 bytes), optimizer fp32 (4 bytes), as the llama configs say.
 # Architectures: dlio_benchmark/configs/workload/llama_8b_zero3.yaml, llama_70b_zero3.yaml, llama_405b.yaml,
-# llama_1t.yaml; parallelism (TP, PP, DP, ZeRO): MLPerf Storage v2.0's table (REFERENCE.md 2b).
+# llama_1t.yaml; parallelism (TP, PP, DP, ZeRO): MLPerf Storage v2.0's table (docs/facts.md).
 MODELS = {
     # name: (layers, hidden, ffn, heads, kv heads, vocab), (tp, pp, dp, zero stage)
     "llama3-8b": ((32, 4096, 14336, 32, 8, 128256), (1, 1, 8, 3)),

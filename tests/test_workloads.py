@@ -1,4 +1,4 @@
-"""Workload files and the checkpoint plans they imply, checked to the byte against REFERENCE section 2."""
+"""Workload files and the checkpoint plans they imply, checked to the byte against docs/facts.md."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ SUBSETS = ["llama3-8b", "llama3-70b", "llama3-405b", "llama3-1t"]
 
 
 def n_formula(layers: int, hidden: int, ffn_hidden: int, heads: int, kv_heads: int, vocab: int) -> int:
-    """N of REFERENCE 2b, written out independently of the planner (the head size floored, as DLIO does)."""
+    """N of docs/facts.md, written out independently of the planner (the head size floored, as DLIO does)."""
     h, d_kv = hidden, hidden // heads * kv_heads
     return 2 * vocab * h + layers * (h + h * (h + 2 * d_kv) + h * h + h + 3 * h * ffn_hidden) + h
 
@@ -90,7 +90,7 @@ def test_mlperf_table_sizes(plans):
     # The table prints DLIO's sizes, which are GiB (2^30) labelled "GB", and "TB" meaning 1000 of those.
     gib = {name: plans[name].total_bytes / 2**30 for name in SUBSETS}
     assert round(gib["llama3-8b"]) == 105
-    assert abs(gib["llama3-70b"] - 912) < 1  # 911.21 by the REFERENCE formula: 0.09 % under the table
+    assert abs(gib["llama3-70b"] - 912) < 1  # 911.21 by the formula of docs/facts.md: 0.09 % under the table
     assert round(gib["llama3-405b"] / 1000, 2) == 5.29
     assert round(gib["llama3-1t"]) == 15_427  # the table's "15,427 GiB by DLIO"
 

@@ -1,4 +1,4 @@
-"""Checkpoint fill passes (REFERENCE section 1): the drive holds checkpoint after checkpoint, pass after pass."""
+"""Checkpoint fill passes (docs/facts.md): the drive holds checkpoint after checkpoint, pass after pass."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The read sweep (REFERENCE sections 1 and 4): gdsio's block size x thread count matrix, cold reads, per transfer.
+"""The read sweep (docs/facts.md): gdsio's block size x thread count matrix, cold reads, per transfer.
 
 Runs after the fill passes (this file sorts after test_fill.py), on files of its own inside the run directory.
 """

@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.set_defaults(func=cmd_compare)
     node = commands.add_parser(
-        "node", help="a rank worker of a run over several nodes, started by torchrun (README: Many nodes)"
+        "node", help="a rank worker of a run over several nodes, started by torchrun (docs/many-nodes.md)"
     )
     node.add_argument("--controller", required=True, metavar="HOST:PORT", help="the run's --controller (node 0)")
     node.add_argument("--secret-file", required=True, metavar="PATH", help="the run's --secret-file (mode 0600)")

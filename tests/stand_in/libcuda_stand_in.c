@@ -1,7 +1,7 @@
 /*
  * A stand-in for the CUDA driver library (libcuda.so.1) on a machine without a GPU, for ckptqual's TESTS ONLY.
  *
- * KvikIO asks the driver about every buffer, even in compat mode and into host memory (REFERENCE section 5).
+ * KvikIO asks the driver about every buffer, even in compat mode and into host memory (docs/facts.md).
  * With this library loaded (its soname is libcuda.so.1, so KvikIO's dlopen finds it), the driver answers as a
  * driver with no usable GPU: cuInit says CUDA_ERROR_NO_DEVICE (100), cuDriverGetVersion succeeds, and every
  * other call says CUDA_ERROR_NOT_INITIALIZED (3), so KvikIO treats buffers as host memory. cuGetErrorName and

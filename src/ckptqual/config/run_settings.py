@@ -245,7 +245,7 @@ def _check_host(plan: CheckpointPlan, values: Mapping[str, Any]) -> None:
         where = "give" if secret is None else f"{secret.parent} is not a directory; give"
         raise SettingsError(
             f"--nodes {nodes}: {where} --secret-file PATH, a file in a directory of yours that every node sees, for "
-            f"the run's secret (README: Many nodes on one shared filesystem)"
+            f"the run's secret (docs/many-nodes.md)"
         )
     capacity, share = host_rank_capacity(), f"{ranks // nodes} ranks{' per node' if nodes > 1 else ''}"
     if ranks // nodes > capacity:

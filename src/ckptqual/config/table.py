@@ -159,7 +159,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("parts", None, "run", list_of(choice(PARTS, "part")), ",".join(PARTS),
             "the parts of the run that run; the tests of the others are skipped, naming why"),
     Setting("nodes", "--nodes", None, whole(1, 4096), "1",
-            "nodes whose torchrun workers share the plan's ranks, on one shared filesystem (README: Many nodes)"),
+            "nodes whose torchrun workers share the plan's ranks, on one shared filesystem (docs/many-nodes.md)"),
     Setting("controller", "--controller", None, CONTROLLER_ADDRESS, None,
             "with --nodes: HOST:PORT at which the nodes' workers reach this process, which listens there only",
             unset="none; --nodes 2 or more needs it"),

@@ -1,7 +1,7 @@
 """Declared limits and their verdicts: the measurements a limit may name, a bound with its unit and marginal band.
 
 A limit is data, declared like an OpenHTF measurement: name, unit, bound, marginal band and the source of its
-number (REFERENCE section 7). Pure: the drive file that declares limits is read in ckptqual.config.
+number (docs/facts.md). Pure: the drive file that declares limits is read in ckptqual.config.
 """
 
 from __future__ import annotations

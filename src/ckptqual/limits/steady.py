@@ -1,4 +1,4 @@
-"""The SNIA SSS PTS 2.0 steady-state rule (REFERENCE.md section 3), a pure function over per-round values."""
+"""The SNIA SSS PTS 2.0 steady-state rule (docs/facts.md), a pure function over per-round values."""
 
 from __future__ import annotations
 

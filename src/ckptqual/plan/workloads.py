@@ -105,7 +105,7 @@ class Architecture:
         return self.transformer_layer(layer)
 
     def parameter_count(self) -> int:
-        """N of REFERENCE 2b: 2 V h + L (h + h (h + 2 d_kv) + h^2 + h + 3 h ffn) + h."""
+        """N of docs/facts.md: 2 V h + L (h + h (h + 2 d_kv) + h^2 + h + 3 h ffn) + h."""
         return sum(t.numel for layer in range(self.layers + 3) for t in self.layer_tensors(layer))
 
 
@@ -173,7 +173,7 @@ def deepspeed_plan(
     name: str = "deepspeed",
     description: str = "",
 ) -> CheckpointPlan:
-    """One checkpoint of a Megatron-DeepSpeed job as DLIO lays it out (REFERENCE 2b): model tensors split exactly to
+    """One checkpoint of a Megatron-DeepSpeed job as DLIO lays it out (docs/facts.md): model tensors split exactly to
     the element over TP (and DP under ZeRO-3), optimizer partitions of N // writers elements each."""
     _check_dtype("dtypes.model", model_dtype)
     _check_dtype("dtypes.optimizer", optimizer_dtype)
@@ -247,7 +247,7 @@ def dlio_v2_plan(
     name: str = "dlio-v2",
     description: str = "",
 ) -> CheckpointPlan:
-    """DLIO v2.0.0's layout (REFERENCE 2a): an optimizer file per rank, layer files where r % PP == 0."""
+    """DLIO v2.0.0's layout (docs/facts.md): an optimizer file per rank, layer files where r % PP == 0."""
     _check_int("model.parameters", parameters)
     _check_dtype("dtypes.model", model_dtype)
     _check_dtype("dtypes.optimizer", optimizer_dtype)
@@ -298,7 +298,7 @@ class Workload:
             raise WorkloadError("model.parameters: only for layout dlio-v2; deepspeed derives N from the model")
 
     def parameter_count(self) -> int:
-        """Model parameters: N of REFERENCE 2b, or the dlio-v2 file's `parameters`."""
+        """Model parameters: N of docs/facts.md, or the dlio-v2 file's `parameters`."""
         return self.parameters if self.parameters is not None else self.model.parameter_count()
 
     def plan(self) -> CheckpointPlan:

@@ -1,7 +1,7 @@
 """Raw sequential write and read on the target at the start of a run: the yardstick of relative limits.
 
 Measured with the same ranks and chunk size as the checkpoints, repeated, and summarised by the median,
-because a shared disk varies about 2x from one run to the next (REFERENCE section 6).
+because a shared disk varies about 2x from one run to the next (docs/facts.md).
 """
 
 from __future__ import annotations

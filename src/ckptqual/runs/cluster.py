@@ -212,8 +212,8 @@ class NodePool(Pool):
                 raise self._stop(
                     f"only {len(self.workers)} of {self.ranks} ranks joined within {timeout_s:g} s; start "
                     f"`torchrun --nnodes {self.nodes} --nproc-per-node {self.ranks // self.nodes} ... ckptqual node "
-                    f"--controller {self.controller} --secret-file {self.secret_file}` on every node (README: Many "
-                    f"nodes on one shared filesystem)",
+                    f"--controller {self.controller} --secret-file {self.secret_file}` on every node "
+                    "(docs/many-nodes.md)",
                     "crash",
                 )
             time.sleep(_POLL_S)

@@ -15,7 +15,7 @@ from ckptqual.faults import RunError
 
 _SECRET_BYTES = 32
 _MOST_BYTES = 256
-_FIX = "give `ckptqual node` the --secret-file the controller was given (README: Many nodes on one shared filesystem)"
+_FIX = "give `ckptqual node` the --secret-file the controller was given (docs/many-nodes.md)"
 
 
 class SecretError(RunError):

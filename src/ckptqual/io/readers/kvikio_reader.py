@@ -1,4 +1,4 @@
-"""KvikIO read engine for the three transfer types (REFERENCE sections 4 and 5).
+"""KvikIO read engine for the three transfer types (docs/facts.md).
 
 - `gpu-direct`: into GPU memory with cuFile (GDS). KvikIO's compat mode is OFF, so KvikIO either uses cuFile
   or raises; its `gds_threshold` is lowered to 4 KiB so that no request is sent down the POSIX path for being

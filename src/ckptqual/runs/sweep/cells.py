@@ -1,4 +1,4 @@
-"""The read sweep's matrix (gdsio-like, REFERENCE sections 1 and 4): cells and per-cell arithmetic.
+"""The read sweep's matrix (gdsio-like, docs/facts.md): cells and per-cell arithmetic.
 
 Pure: no I/O and no pytest. How a cell maps onto gdsio's knobs:
 
