@@ -34,7 +34,7 @@ from suite_runs import REPO, LiveSuite, lenient_drive, parent, user_environment
 
 RANKS_PER_NODE = 4  # llama3-8b: 8 ranks over 2 nodes
 # How long a torchrun agent waits on a call to the rendezvous store (hosted by one of the agents) before it gives up:
-# an agent whose rendezvous host died ends after this (README: Many nodes on one shared filesystem).
+# an agent whose rendezvous host died ends after this (docs/many-nodes.md).
 RENDEZVOUS_READ_TIMEOUT_S = 10
 SCALE = 0.0002
 TINY = ["--workload", "llama3-8b", "--scale", str(SCALE), "--sample-interval", "0"]

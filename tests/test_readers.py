@@ -39,7 +39,7 @@ def warm(paths: list[Path]) -> None:
         path.read_bytes()
 
 
-KVIKIO_MISSING = "KvikIO is not installed (README: the 115 MB install without cupy); CI installs it"
+KVIKIO_MISSING = "KvikIO is not installed (docs/qualifying.md: the 115 MB install without cupy); CI installs it"
 
 
 @pytest.fixture(scope="session")
