@@ -19,7 +19,8 @@ from ckptqual.host.health.smartctl import parse
 from ckptqual.host.health.tools import Output, Tools
 from ckptqual.host.identity import PhysicalDevice, block_dir, identify, physical_devices
 from ckptqual.limits.health import DATA_UNIT_BYTES, MEASURED, check_health, health_measurements
-from ckptqual.limits.limits import MEASUREMENTS, Limit
+from ckptqual.limits.limits import Limit
+from ckptqual.limits.measurements import MEASUREMENTS
 from ckptqual.report.summary import summary_lines
 from ckptqual.runs.written import SuiteWrites
 from suite_runs import lenient_drive, results, run_suite, skip_if_host_limited, suite_properties

@@ -26,6 +26,7 @@ from ckptqual.host.space import RunSpace
 from ckptqual.host.target import DriveIdentity, Target, identify, open_target
 from ckptqual.limits.health import check_health
 from ckptqual.limits.judgement import Judgement, judge
+from ckptqual.limits.measurements import Taken, field, taken_at
 from ckptqual.limits.steady import SteadyState, steady_state
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.planfile import dump_plan
@@ -319,10 +320,7 @@ class Qualification:
 
 
 def fill_measurements(result: PassResult) -> list[tuple[str, float, str]]:
-    """The measured values of one fill pass, by measurement name."""
-    return [
-        ("fill_throughput", result.throughput_GBps, "GB/s"),
-        ("fill_mean_checkpoint_throughput", result.mean_checkpoint_GBps, "GB/s"),
-        ("fill_checkpoint_seconds_mean", result.seconds_mean, "s"),
-        ("fill_checkpoint_seconds_max", result.seconds_max, "s"),
-    ]
+    """The measured values of one fill pass: each measurement the table takes per pass, read from the pass's record
+    at the field its row names."""
+    recorded = result.to_dict()
+    return [(row.name, recorded[field(row)], row.unit) for row in taken_at(Taken.PASS)]
