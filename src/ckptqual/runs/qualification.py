@@ -139,7 +139,7 @@ class Qualification:
         events (it listens to them from now on); None when --sample-interval is 0."""
         interval_s = self.settings.sample_interval_s
         if not interval_s:
-            self.events.timeseries({"interval_s": 0, "unavailable": "sampling was off (sample_interval 0)"})
+            self.events.timeseries({"interval_s": 0, "unavailable": "sampling was off (sample_interval_s 0)"})
             return None
         names = [device["name"] for device in self.identity.to_dict().get("physical", [])] or [self.identity.device]
         events = self.events
