@@ -21,6 +21,7 @@ from ckptqual.limits.measurements import (
     axis_label,
     drawn_on,
     field,
+    in_recorded_unit,
     recorded,
     taken_at,
 )
@@ -200,6 +201,15 @@ def test_the_reference_page_lists_the_table():
     assert _page_rows() == expected
     for target in re.findall(r"\]\(([^)#]+)", PAGE.read_text()):  # relative links, to files that exist
         assert "://" not in target and (PAGE.parent / target).exists(), target
+
+
+def test_a_value_is_recorded_in_the_tables_unit():
+    assert in_recorded_unit("sweep_read_bandwidth", 1.0, "GB/s") == pytest.approx(1e9 / 2**30)
+    assert in_recorded_unit("fill_checkpoint_seconds_max", 1500.0, "ms") == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="cannot convert GB/s to s"):
+        in_recorded_unit("fill_checkpoint_seconds_max", 1.0, "GB/s")
+    with pytest.raises(ValueError, match="unknown measurement 'fill_speed'; add a row"):
+        in_recorded_unit("fill_speed", 1.0, "GB/s")
 
 
 def test_each_field_names_the_key_of_its_record_path():

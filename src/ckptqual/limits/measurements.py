@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from ckptqual.limits.units import unit_kind
+from ckptqual.limits.units import to_unit, unit_kind
 
 
 class Direction(StrEnum):
@@ -212,6 +212,15 @@ _ROWS = (
 )
 MEASUREMENTS: dict[str, Measurement] = {row.name: row for row in _ROWS}
 LIMITED: tuple[str, ...] = tuple(row.name for row in _ROWS if row.limited)
+
+
+def in_recorded_unit(name: str, value: float, unit: str) -> float:
+    """`value`, given in `unit`, in the unit the table records measurement `name` in; an unknown name, or a unit
+    of another kind, is a ValueError naming it."""
+    if name not in MEASUREMENTS:
+        raise ValueError(f"unknown measurement {name!r}; add a row for it to limits/measurements.py")
+    row = MEASUREMENTS[name]
+    return value if unit == row.unit else to_unit(value, unit, row.unit)
 
 
 def taken_at(taken: Taken) -> list[Measurement]:

@@ -26,7 +26,7 @@ from ckptqual.host.space import RunSpace
 from ckptqual.host.target import DriveIdentity, Target, identify, open_target
 from ckptqual.limits.health import check_health
 from ckptqual.limits.judgement import Judgement, judge
-from ckptqual.limits.measurements import Taken, field, taken_at
+from ckptqual.limits.measurements import MEASUREMENTS, Taken, field, in_recorded_unit, taken_at
 from ckptqual.limits.steady import SteadyState, steady_state
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.planfile import dump_plan
@@ -261,7 +261,8 @@ class Qualification:
         return result
 
     def judge(self, measurements: list[tuple[str, float, str]], context: Mapping[str, Any]) -> list[Judgement]:
-        """Judges (name, value, unit) measurements against the drive's limits."""
+        """Judges (name, value, unit) measurements against the drive's limits, each recorded in the unit the table
+        of measurements gives it."""
         baselines, settings = self.baselines, self.settings
         judgements = [
             j
@@ -269,8 +270,8 @@ class Qualification:
             for j in judge(
                 settings.thresholds.limits,
                 name,
-                value,
-                unit,
+                in_recorded_unit(name, value, unit),
+                MEASUREMENTS[name].unit,
                 context,
                 baselines,
                 settings.scale,
