@@ -19,7 +19,8 @@ from ckptqual.host.health.smartctl import parse
 from ckptqual.host.health.tools import Output, Tools
 from ckptqual.host.identity import PhysicalDevice, block_dir, identify, physical_devices
 from ckptqual.limits.health import DATA_UNIT_BYTES, MEASURED, check_health, health_measurements
-from ckptqual.limits.limits import MEASUREMENTS, Limit
+from ckptqual.limits.limits import Limit
+from ckptqual.limits.measurements import MEASUREMENTS, recorded
 from ckptqual.report.summary import summary_lines
 from ckptqual.runs.written import SuiteWrites
 from suite_runs import lenient_drive, results, run_suite, skip_if_host_limited, suite_properties
@@ -516,8 +517,11 @@ def test_every_health_measurement_is_one_a_drive_file_may_limit():
     before["devices"][0]["counters"]["physical_media_written_bytes"] = 0
     written = check_health((), 1.0, before, after, {"total_bytes": 10**9}).record["written"]
     pairs = list(zip(before["devices"], after["devices"], strict=True))
-    measured = {name for name, *_ in health_measurements(pairs, written)}
-    assert measured == set(MEASURED)
+    measured = health_measurements(pairs, written)
+    assert {name for name, *_ in measured} == set(MEASURED)
+    record = {"health": {"before": before, "after": after, "written": written}}  # as the run records it
+    for name, value, unit, _ in measured:  # in the table's unit, where the table says the record keeps it
+        assert unit == MEASUREMENTS[name].unit and value in recorded(record, MEASUREMENTS[name])
 
 
 def test_nand_writes_give_the_write_amplification():

@@ -102,7 +102,10 @@ def test_cli_report_and_its_bad_input(tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing.json"), "-o", str(tmp_path / "x")]) == 2
     error = capsys.readouterr().err.strip()
     missing = tmp_path / "missing.json"
-    assert error == f"ckptqual report: {missing}: No such file or directory; give the file written by --results"
+    assert (
+        error
+        == f"ckptqual report: {missing}: No such file or directory; give the results file a run wrote (setting results)"
+    )
     (tmp_path / "plain.json").write_text(json.dumps({"x": 1}))
     assert main(["report", str(tmp_path / "plain.json"), "-o", str(tmp_path / "x")]) == 2
     assert "not a results record as ckptqual writes it: settings: missing;" in capsys.readouterr().err

@@ -4,7 +4,13 @@ import math
 
 import pytest
 
-from ckptqual.limits.steady import steady_state
+from ckptqual.limits.steady import slope, steady_state
+
+
+def test_slope_is_the_least_squares_fit_by_hand():
+    """The one slope the rule and the steady-state figure share: rounds 0..3 of 1, 2, 2, 5 rise 6 / 5 = 1.2 a round."""
+    assert slope([1, 2, 2, 5]) == pytest.approx(1.2)
+    assert slope([3, 3, 3]) == 0
 
 
 def test_flat_series_is_steady():

@@ -9,12 +9,12 @@ from ckptqual.config.table import setting
 from ckptqual.host.gpu import HostGpu
 from ckptqual.io.readers import TRANSFERS
 from ckptqual.limits.judgement import judge
+from ckptqual.report.sweep_table import matrix
 from ckptqual.report.sweep_table import sweep_lines as summary_lines
 from ckptqual.runs.sweep.cells import (
     Cell,
     cell_stats,
     job_offsets,
-    matrix,
     next_start,
     percentile,
     plan_cells,

@@ -9,6 +9,7 @@ from ckptqual.config.drive_file import available_drives
 from ckptqual.config.drive_file import load_drive_file as load_thresholds
 from ckptqual.config.values import SettingsError
 from ckptqual.limits.limits import Limit, MissingBaselineError, Outcome
+from ckptqual.limits.measurements import LIMITED
 from ckptqual.limits.units import format_size, parse_size, to_unit
 
 DRIVE = '[drive]\nname = "test drive"\n'
@@ -251,7 +252,11 @@ SWEEP = {"name": '"sweep_read_bandwidth"'}
 @pytest.mark.parametrize(
     ("body", "key", "problem"),
     [
-        (block(name='"fill_speed"'), "limit[2].name = 'fill_speed'", "unknown measurement; use one of fill_throughput"),
+        (
+            block(name='"fill_speed"'),
+            "limit[2].name = 'fill_speed'",
+            f"unknown measurement; use one of {', '.join(LIMITED)}",
+        ),
         (block(name=None), "limit[2].name", "missing"),
         (block(min=None), "limit[2]:", "exactly one of min"),
         (block(max="2"), "limit[2]:", "exactly one of min"),

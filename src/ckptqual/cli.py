@@ -28,7 +28,7 @@ from ckptqual.host.target import (
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.workloads import WorkloadError, available_workloads, load_workload
 from ckptqual.report.compare import CompareError, compare_runs, parse_percentage
-from ckptqual.report.extract import ResultsError, load_run
+from ckptqual.report.extract import ResultsError, Run, given_labels, labelled, load_run
 from ckptqual.report.mlperf import runs_lines
 from ckptqual.report.terminal import report_sections, verdict_line
 
@@ -156,11 +156,18 @@ def _load_results(path: Path) -> dict:
     return load_run(path).data
 
 
+def _labelled_runs(files: list[str], pairs: list[str] | None) -> list[Run]:
+    """The results files' runs, each labelled by --label LABEL=FILE where given, else by its drive and serial."""
+    paths = [Path(file) for file in files]
+    given = given_labels(pairs or [], paths)
+    return labelled([load_run(path) for path in paths], given)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """`ckptqual report RESULTS.json [MORE.json ...] -o DIR`: figures and one self-contained HTML page."""
     from ckptqual.report.html import write_report  # matplotlib loads only for this command
 
-    page = write_report([load_run(Path(path)) for path in args.results], Path(args.output))
+    page = write_report(_labelled_runs(args.results, args.label), Path(args.output))
     print(f"ckptqual report: wrote {page} and its figures")
     return 0
 
@@ -168,7 +175,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     """`ckptqual compare BASE.json NEW.json`: 1 when a metric regressed beyond its noise band and the allowance."""
     allowed = parse_percentage(args.max_regression)
-    changes, lines = compare_runs(load_run(Path(args.base)), load_run(Path(args.new)), allowed, args.metric)
+    base, new = _labelled_runs([args.base, args.new], args.label)
+    changes, lines = compare_runs(base, new, allowed, args.metric)
     print(*lines, sep="\n")
     return 1 if any(change.regressed for change in changes) else 0
 
@@ -185,6 +193,9 @@ def cmd_node(args: argparse.Namespace) -> int:
     from ckptqual.runs.node import serve  # torch.distributed loads only for this command
 
     serve(setting("controller").from_command_line(args.controller), Path(args.secret_file))
+
+
+_LABEL_HELP = "name the run of results file FILE LABEL (repeatable); default: its drive, firmware and serial"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -211,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="draw figures and one HTML page from one or more results files")
     report.add_argument("results", nargs="+", help="JSON files written by --results (several: drawn side by side)")
     report.add_argument("-o", "--output", required=True, help="directory for report.html and the figures")
+    report.add_argument("--label", action="append", metavar="LABEL=FILE", help=_LABEL_HELP)
     report.set_defaults(func=cmd_report)
     compare = commands.add_parser(
         "compare", help="compare two results files; exit 1 when a metric regressed beyond its noise band"
@@ -223,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--metric", action="append", help="compare only metrics matching this glob, e.g. 'pass*' (repeatable)"
     )
+    compare.add_argument("--label", action="append", metavar="LABEL=FILE", help=_LABEL_HELP)
     compare.set_defaults(func=cmd_compare)
     node = commands.add_parser(
         "node", help="a rank worker of a run over several nodes, started by torchrun (docs/many-nodes.md)"

@@ -16,7 +16,8 @@ from typing import Any
 from ckptqual.config.table import PARTS, SETTINGS, Setting
 from ckptqual.config.values import FLAG, TEXT, KeyTable, Kind, SettingsError, choice, list_of, number, size, whole
 from ckptqual.io.readers import TRANSFERS
-from ckptqual.limits.limits import BASELINES, DRIVE_STATES, MEASUREMENTS, Limit, limits_for
+from ckptqual.limits.limits import BASELINES, DRIVE_STATES, Limit, limits_for
+from ckptqual.limits.measurements import LIMITED, MEASUREMENTS
 from ckptqual.limits.units import UNITS, format_size, unit_kind
 from ckptqual.resources import named_files, read_text_file, resolve
 
@@ -126,7 +127,7 @@ def _check_unit(table: KeyTable, name: str, unit: str, relative_to: str | None) 
 
 def _limit(path: Path, index: int, data: Any) -> Limit:
     table = KeyTable(path, f"limit[{index}]", data, _LIMIT_KEYS, f"[[limit]] number {index}")
-    name = table.get("name", choice(MEASUREMENTS, "measurement"), required=True)
+    name = table.get("name", choice(LIMITED, "measurement"), required=True)
     bounds = {side: table.get(side, kind) for side, kind in _BOUNDS.items()}
     if (bounds["min"] is None) == (bounds["max"] is None):
         raise table.error("", "give exactly one of min = ... or max = ...")

@@ -14,11 +14,12 @@ from typing import Any
 from ckptqual.host.health.reading import CRITICAL_WARNING_BITS
 from ckptqual.limits.judgement import Judgement, judge
 from ckptqual.limits.limits import Limit, Outcome
+from ckptqual.limits.measurements import MEASUREMENTS, Taken, taken_at
 from ckptqual.limits.verdict import Findings
 
 DATA_UNIT_BYTES = 512_000  # NVMe: one data unit is 1,000 512-byte blocks, whatever the LBA format
 SUBJECT = "drive health"
-MEASURED = ("drive_temperature", "drive_written_ratio", "drive_write_amplification")  # in limits.MEASUREMENTS
+MEASURED = tuple(row.name for row in taken_at(Taken.DRIVE_HEALTH))
 MEDIA_ERRORS = {
     "media_errors": "media and data-integrity errors",
     "reallocated_sectors": "reallocated sectors",
@@ -202,12 +203,15 @@ def health_measurements(
             side["counters"]["temperature_C"] for side in (first, last) if "temperature_C" in side["counters"]
         ]
         if temperatures:
-            measured.append(("drive_temperature", float(max(temperatures)), "C", {"device": last["device"]}))
+            measured.append(_measured("drive_temperature", float(max(temperatures)), {"device": last["device"]}))
     if written.get("ratio") is not None:
-        measured.append(("drive_written_ratio", written["ratio"], "ratio", {}))
+        measured.append(_measured("drive_written_ratio", written["ratio"], {}))
     for device in written.get("devices", []):
         if device.get("write_amplification") is not None:
-            measured.append(
-                ("drive_write_amplification", device["write_amplification"], "ratio", {"device": device["device"]})
-            )
+            context = {"device": device["device"]}
+            measured.append(_measured("drive_write_amplification", device["write_amplification"], context))
     return measured
+
+
+def _measured(name: str, value: float, context: dict[str, Any]) -> tuple[str, float, str, dict[str, Any]]:
+    return name, value, MEASUREMENTS[name].unit, context

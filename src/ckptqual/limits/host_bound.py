@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ckptqual.host.cpu import HostUse
-from ckptqual.limits.limits import MEASUREMENTS, Limit, Outcome, Verdict
+from ckptqual.limits.limits import Limit, Outcome, Verdict
+from ckptqual.limits.measurements import MEASUREMENTS
 
 CPU_SATURATED = 0.9
 

@@ -1,4 +1,4 @@
-"""Declared limits and their verdicts: the measurements a limit may name, a bound with its unit and marginal band.
+"""Declared limits and their verdicts: a bound on a measurement (limits.measurements) with its unit and marginal band.
 
 A limit is data, declared like an OpenHTF measurement: name, unit, bound, marginal band and the source of its
 number (docs/facts.md). Pure: the drive file that declares limits is read in ckptqual.config.
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from ckptqual.limits.measurements import LIMITED
 from ckptqual.limits.units import to_unit, unit_kind
 
 BASELINES = ("raw_write", "raw_read")
@@ -41,31 +42,6 @@ class Outcome(StrEnum):
     NOT_RUN = "NOT_RUN"
     INTERRUPTED = "INTERRUPTED"
 
-
-@dataclass(frozen=True)
-class Measurement:
-    """A measurement a limit may name: its kind, what it is, and the context keys its `where` may select on."""
-
-    kind: str
-    doc: str
-    context: tuple[str, ...]
-
-
-_PASS = ("pass", "state")
-MEASUREMENTS: dict[str, Measurement] = {
-    "fill_throughput": Measurement("throughput", "total bytes / total time of one fill pass", _PASS),
-    "fill_mean_checkpoint_throughput": Measurement("throughput", "mean of the per-checkpoint rates of a pass", _PASS),
-    "fill_checkpoint_seconds_mean": Measurement("duration", "mean time to write a checkpoint", _PASS),
-    "fill_checkpoint_seconds_max": Measurement("duration", "slowest checkpoint of a pass", _PASS),
-    "restore_throughput": Measurement("throughput", "total bytes / total time of reading checkpoints back", _PASS),
-    "sweep_read_bandwidth": Measurement(
-        "throughput", "read bandwidth of one sweep cell", ("transfer", "block_size", "threads")
-    ),
-    "layout_throughput_ratio": Measurement("ratio", "throughput of an odd layout / its regular twin's", ("layout",)),
-    "drive_temperature": Measurement("temperature", "a drive's temperature, before or after, the hotter", ("device",)),
-    "drive_written_ratio": Measurement("ratio", "bytes the drives counted written during the run / the suite's", ()),
-    "drive_write_amplification": Measurement("ratio", "NAND bytes / host bytes a drive wrote (OCP log)", ("device",)),
-}
 
 Scalar = str | int | float
 Where = tuple[tuple[str, tuple[Scalar, ...]], ...]
@@ -221,6 +197,6 @@ class Limit:
 
 def limits_for(limits: Iterable[Limit], measurement: str, context: Mapping[str, Any]) -> list[Limit]:
     """The limits on `measurement` whose `where` selects `context`."""
-    if measurement not in MEASUREMENTS:
-        raise ValueError(f"unknown measurement {measurement!r}; known: {', '.join(MEASUREMENTS)}")
+    if measurement not in LIMITED:
+        raise ValueError(f"unknown measurement {measurement!r}; known: {', '.join(LIMITED)}")
     return [limit for limit in limits if limit.measurement == measurement and limit.matches(context)]

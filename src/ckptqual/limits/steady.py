@@ -19,7 +19,7 @@ class SteadyState:
     reason: str
 
 
-def _slope(values: Sequence[float]) -> float:
+def slope(values: Sequence[float]) -> float:
     """The least-squares slope of `values` against their round numbers 0, 1, 2, ..."""
     x_mean = (len(values) - 1) / 2
     y_mean = sum(values) / len(values)
@@ -44,7 +44,7 @@ def steady_state(
         raise ValueError(f"steady state needs positive finite values, got {tail}")
     mean = sum(tail) / window
     range_fraction = (max(tail) - min(tail)) / mean
-    excursion_fraction = abs(_slope(tail)) * (window - 1) / mean
+    excursion_fraction = abs(slope(tail)) * (window - 1) / mean
     checks = (
         ("range", range_fraction, max_range_fraction),
         ("slope excursion", excursion_fraction, max_slope_excursion_fraction),

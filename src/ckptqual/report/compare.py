@@ -11,6 +11,7 @@ from fnmatch import fnmatchcase
 from statistics import fmean
 from typing import Any
 
+from ckptqual.limits.measurements import MEASUREMENTS, Measurement, field, recorded
 from ckptqual.report.extract import Run, measured_cells, passes, steady_rounds
 from ckptqual.report.noise import RULE, Noise, band, mean_noise, paired, single_noise
 from ckptqual.report.summary import table
@@ -24,14 +25,23 @@ class CompareError(ValueError):
 
 @dataclass(frozen=True)
 class Metric:
-    """One figure of a run with its rounds; a single-round figure borrows the spread of one round of a related
-    figure of the same run (`noise_from`). `host_bound` says why the figure measured the host, where it did."""
+    """One figure of a run with its rounds, of the table's `measurement` (its unit and direction); a single-round
+    figure borrows the spread of one round of a related figure of the same run (`noise_from`). `host_bound` says
+    why the figure measured the host, where it did."""
 
     name: str
-    unit: str
+    measurement: str
     rounds: tuple[float, ...]
     noise_from: str | None = None
     host_bound: str | None = None
+
+    @property
+    def row(self) -> Measurement:
+        return MEASUREMENTS[self.measurement]
+
+    @property
+    def unit(self) -> str:
+        return self.row.unit
 
     @property
     def mean(self) -> float:
@@ -40,48 +50,64 @@ class Metric:
 
 @dataclass(frozen=True)
 class Change:
-    """A metric of both runs: the relative change, its noise band, and whether it regressed."""
+    """A metric of both runs: the relative change, its noise band, and whether it regressed (a change for the worse
+    in its measurement's direction)."""
 
     name: str
-    unit: str
+    measurement: str
     base: float
     new: float
-    change: float  # (new - base) / base; every metric is higher-is-better
+    change: float  # (new - base) / base
     band: float | None  # relative half-width; None: not judged (host-bound, or no rounds to tell the noise)
     regressed: bool
     word: str
+
+    @property
+    def unit(self) -> str:
+        return MEASUREMENTS[self.measurement].unit
 
 
 def _round_host_bound(rounds: Sequence[dict[str, Any]]) -> str | None:
     return next((entry["host_bound"] for entry in rounds if entry.get("host_bound")), None)
 
 
+def _rounds(items: Sequence[dict[str, Any]], measurement: str) -> tuple[float, ...]:
+    """The values of `measurement` the recorded `items` hold, at the field its row's record path names."""
+    key = field(MEASUREMENTS[measurement])
+    return tuple(item[key] for item in items if key in item)
+
+
 def run_metrics(data: dict[str, Any]) -> dict[str, Metric]:
-    """Every comparable figure of a record by name: raw baseline, per pass, steady state, restore, sweep cells,
-    odd layouts; all throughputs (or ratios of throughputs), so higher is better."""
+    """Every comparable figure of a record by name, each of a measurement of the table: the raw baseline's rounds,
+    each pass's per-checkpoint rates and times, the steady-state rounds, restore, sweep cells, odd layouts."""
     found: list[Metric] = []
-    baseline = data.get("baseline", {})
-    host = baseline.get("host", {})
-    for key, name, kind in (("write_GBps", "raw_write", "write"), ("read_GBps", "raw_read", "read")):
-        if baseline.get(key):
-            found.append(Metric(name, "GB/s", tuple(baseline[key]), None, _round_host_bound(host.get(kind, []))))
+    host = data.get("baseline", {}).get("host", {})
+    for name, kind in (("raw_write", "write"), ("raw_read", "read")):
+        rounds = tuple(recorded(data, MEASUREMENTS[name]))
+        found.append(Metric(name, name, rounds, None, _round_host_bound(host.get(kind, []))))
     bound = {result["pass"]: result.get("host_bound") for result in data.get("passes", [])}
     for number, checkpoints in passes(data).items():
-        rounds = tuple(c["GBps"] for c in checkpoints)
-        found.append(Metric(f"pass{number}", "GB/s", rounds, "raw_write", bound.get(number)))
-    if steady_rounds(data):
-        steady_bound = next((why for number, why in sorted(bound.items()) if number >= 2 and why), None)
-        found.append(Metric("steady", "GB/s", tuple(steady_rounds(data)), "raw_write", steady_bound))
-    if data.get("restore"):
-        rounds = tuple(r["GBps"] for r in data["restore"])
-        found.append(Metric("restore", "GB/s", rounds, "raw_read", _round_host_bound(data["restore"])))
+        rates = _rounds(checkpoints, "checkpoint_throughput")
+        found.append(Metric(f"pass{number}", "checkpoint_throughput", rates, "raw_write", bound.get(number)))
+        seconds = _rounds(checkpoints, "checkpoint_seconds")
+        found.append(Metric(f"pass{number}.seconds", "checkpoint_seconds", seconds, None, bound.get(number)))
+    steady_bound = next((why for number, why in sorted(bound.items()) if number >= 2 and why), None)
+    found.append(Metric("steady", "checkpoint_throughput", tuple(steady_rounds(data)), "raw_write", steady_bound))
+    restored = data.get("restore", [])
+    restore_bound = _round_host_bound(restored)
+    found.append(
+        Metric("restore", "restore_throughput", _rounds(restored, "restore_throughput"), "raw_read", restore_bound)
+    )
     found += [
-        Metric(f"{SWEEP}.{c['id']}", "GiB/s", (c["GiBps"],), None, c.get("host_bound")) for c in measured_cells(data)
-    ]
-    judged = [layout["ratio"] for layout in data.get("layouts", []) if layout.get("judged")]
-    if judged:
-        found.append(Metric("layouts.ratio", "ratio", tuple(judged), "raw_write"))
-        found.append(Metric("layouts.slowest_ratio", "ratio", (min(judged),), "layouts.ratio"))
+        Metric(f"{SWEEP}.{cell['id']}", "sweep_read_bandwidth", _rounds([cell], "sweep_read_bandwidth"), None,
+               cell.get("host_bound"))
+        for cell in measured_cells(data)
+    ]  # fmt: skip
+    judged = _rounds([layout for layout in data.get("layouts", []) if layout.get("judged")], "layout_throughput_ratio")
+    found.append(Metric("layouts.ratio", "layout_throughput_ratio", judged, "raw_write"))
+    found.append(
+        Metric("layouts.slowest_ratio", "layout_throughput_ratio", (min(judged),) if judged else (), "layouts.ratio")
+    )
     return {metric.name: metric for metric in found if metric.rounds}
 
 
@@ -95,16 +121,18 @@ def _noise(metric: Metric, metrics: dict[str, Metric]) -> Noise | None:
 
 def _unjudged(name: str, b: Metric, n: Metric) -> Change:
     change = (n.mean - b.mean) / b.mean if b.mean else (0.0 if n.mean == b.mean else math.inf)
-    return Change(name, b.unit, b.mean, n.mean, change, None, False, "")
+    return Change(name, b.measurement, b.mean, n.mean, change, None, False, "")
 
 
 def _judged(change: Change, width: float, max_regression: float) -> Change:
-    """`change` judged against a band of relative half-width `width` and the allowance."""
-    if change.change < 0 and -change.change > width and -change.change > max_regression:
+    """`change` judged against a band of relative half-width `width` and the allowance, in the direction its
+    measurement is better (a time that rises is worse, a throughput that falls)."""
+    worse, size = MEASUREMENTS[change.measurement].worse(change.change), abs(change.change)
+    if worse and size > width and size > max_regression:
         return replace(change, band=width, regressed=True, word="REGRESSION")
-    if abs(change.change) <= width:
+    if size <= width:
         return replace(change, band=width, word="within noise")
-    word = "better" if change.change > 0 else f"worse, within the allowed {max_regression:.0%}"
+    word = f"worse, within the allowed {max_regression:.0%}" if worse else "better"
     return replace(change, band=width, word=word)
 
 
@@ -140,7 +168,7 @@ def compare_cells(
             changes.append(_judged(unjudged, pairs.single_band, max_regression))
     if pairs is not None:
         means = [math.exp(fmean(math.log(metrics[name].mean) for name in fair)) for metrics in (base, new)]
-        whole = Change(SWEEP, base[fair[0]].unit, means[0], means[1], pairs.change, None, False, "")
+        whole = Change(SWEEP, base[fair[0]].measurement, means[0], means[1], pairs.change, None, False, "")
         changes.append(_judged(whole, pairs.band, max_regression))
     return changes
 
@@ -151,7 +179,9 @@ def select(names: Sequence[str], patterns: Sequence[str] | None) -> list[str]:
         return list(names)
     for pattern in patterns:
         if not any(fnmatchcase(name, pattern) for name in names):
-            raise CompareError(f"--metric {pattern!r}: matches no metric of either run; known: {', '.join(names)}")
+            raise CompareError(
+                f"metric pattern {pattern!r}: matches no metric of either run; known: {', '.join(names)}"
+            )
     return [name for name in names if any(fnmatchcase(name, pattern) for pattern in patterns)]
 
 
@@ -162,7 +192,7 @@ def parse_percentage(text: str) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and 0 <= value < 100):
-        raise CompareError(f"--max-regression {text!r}: give a percentage from 0 to under 100, e.g. 5%")
+        raise CompareError(f"max_regression {text!r}: give a percentage from 0 to under 100, e.g. 5%")
     return value / 100
 
 

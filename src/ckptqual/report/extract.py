@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ckptqual.limits.units import to_unit
 from ckptqual.report.schema import shape_problem
 
+_FIX = "give the results file a run wrote (setting results)"
 MAX_RESULTS_BYTES = 256 << 20  # a results file of a run of many hours is tens of MB; this bounds the read
 
 
@@ -21,18 +23,59 @@ class ResultsError(ValueError):
 
 @dataclass(frozen=True)
 class Run:
-    """One results file: its record and a short label for legends ("a: Solidigm D5-P5336 fw 5CV10302")."""
+    """One results file: its record and the label legends and tables name it by: the one given, else the drive's
+    (see drive_label)."""
 
     path: Path
     data: dict[str, Any]
+    given_label: str | None = None
 
     @property
     def label(self) -> str:
-        drive = self.data.get("drive", {})
-        model, firmware = drive.get("model"), drive.get("firmware")
-        if model and model != "unknown":
-            return f"{self.path.stem}: {model}" + (f" fw {firmware}" if firmware and firmware != "unknown" else "")
-        return f"{self.path.stem}: {self.data.get('settings', {}).get('drive', 'unknown drive')}"
+        return self.given_label or drive_label(self.data)
+
+
+def _known(value: Any) -> str | None:
+    return str(value) if value not in (None, "", "unknown") else None
+
+
+def drive_label(data: dict[str, Any]) -> str:
+    """The drive a record was measured on: model (else the drive file's name), firmware and serial where the record
+    knows them, else the device ("Solidigm D5-P5336 fw 5CV10302 sn PHAB1234")."""
+    drive = data.get("drive", {})
+    name = _known(drive.get("model")) or data.get("settings", {}).get("drive") or "unknown drive"
+    firmware, serial = _known(drive.get("firmware")), _known(drive.get("serial"))
+    parts = [name, f"fw {firmware}" if firmware else None, f"sn {serial}" if serial else None]
+    if not serial and _known(drive.get("device")):
+        parts.append(f"on {drive['device']}")
+    return " ".join(part for part in parts if part)
+
+
+def labelled(runs: list[Run], given: dict[Path, str] | None = None) -> list[Run]:
+    """The runs with their labels: the `given` one for a path it names, else the drive's; where two runs would share
+    a label (one drive measured twice), each gets its start time, and then its file name, too."""
+    given = given or {}
+    runs = [replace(run, given_label=given.get(run.path)) for run in runs]
+    for extra in (lambda run: run.data.get("started"), lambda run: run.path.name):
+        counts = Counter(run.label for run in runs)
+        runs = [
+            replace(run, given_label=f"{run.label} [{extra(run)}]") if counts[run.label] > 1 and extra(run) else run
+            for run in runs
+        ]
+    return runs
+
+
+def given_labels(pairs: list[str], paths: list[Path]) -> dict[Path, str]:
+    """LABEL=FILE pairs by file; a pair without '=', with an empty label or a FILE not among `paths` is a
+    ResultsError naming it and the fix."""
+    labels: dict[Path, str] = {}
+    for pair in pairs:
+        label, _, file = pair.rpartition("=")
+        if not label.strip() or Path(file) not in paths:
+            known = ", ".join(str(path) for path in paths)
+            raise ResultsError(f"label {pair!r}: write LABEL=FILE, FILE one of the results files given ({known})")
+        labels[Path(file)] = label.strip()
+    return labels
 
 
 def load_run(path: Path) -> Run:
@@ -42,14 +85,12 @@ def load_run(path: Path) -> Run:
         text = _read_bounded(path)
         data = json.loads(text)
     except OSError as error:
-        raise ResultsError(f"{path}: {error.strerror}; give the file written by --results") from None
+        raise ResultsError(f"{path}: {error.strerror}; {_FIX}") from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
-        raise ResultsError(f"{path}: not JSON ({error}); give the file written by --results") from None
+        raise ResultsError(f"{path}: not JSON ({error}); {_FIX}") from None
     problem = shape_problem(data)
     if problem is not None:
-        raise ResultsError(
-            f"{path}: not a results record as ckptqual writes it: {problem}; give the file written by --results"
-        )
+        raise ResultsError(f"{path}: not a results record as ckptqual writes it: {problem}; {_FIX}")
     return Run(path, data)
 
 
@@ -58,10 +99,10 @@ def _read_bounded(path: Path) -> str:
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(descriptor, "rb") as file:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise ResultsError(f"{path}: not a regular file; give the file written by --results")
+            raise ResultsError(f"{path}: not a regular file; {_FIX}")
         data = file.read(MAX_RESULTS_BYTES + 1)
     if len(data) > MAX_RESULTS_BYTES:
-        raise ResultsError(f"{path}: larger than {MAX_RESULTS_BYTES >> 20} MiB; give the file written by --results")
+        raise ResultsError(f"{path}: larger than {MAX_RESULTS_BYTES >> 20} MiB; {_FIX}")
     return data.decode()
 
 

@@ -12,7 +12,8 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ckptqual.limits.steady import steady_state
+from ckptqual.limits.measurements import Measurement, axis_label, drawn_on
+from ckptqual.limits.steady import slope, steady_state
 from ckptqual.report.extract import Run, limit_in, limits_of, measured_cells, passes, steady_rounds
 
 _SNIA = inspect.signature(steady_state).parameters  # the rule's bounds, declared once in limits/steady.py
@@ -76,28 +77,40 @@ def checkpoint_times(runs: Sequence[Run]) -> Drawn:
             transform=axes.get_xaxis_transform(),
         )
     axes.set_xlabel("checkpoint of the pass", labelpad=18)
-    axes.set_ylabel("seconds (slowest rank)")
+    axes.set_ylabel(axis_label(name))
     axes.set_title(title)
     axes.legend(fontsize="small")
     return Drawn(name, title, figure)
 
 
+def _as_seconds(entry: dict[str, Any], row: Measurement, nbytes: int) -> float | None:
+    """A judged entry's bound as the seconds `nbytes` take: a duration as it is, a throughput as the time at that
+    rate; None for any other kind (it has no time to draw)."""
+    if row.kind == "duration":
+        return limit_in(entry, "s")
+    if row.kind == "throughput" and nbytes:
+        rate = limit_in(entry, "B/s")
+        return nbytes / rate if rate else None
+    return None
+
+
+def _limited_on(figure: str) -> dict[str, Measurement]:
+    """The measurements the table draws on `figure` that a limit may name, by name."""
+    return {row.name: row for row in drawn_on(figure) if row.limited}
+
+
 def _time_limits(axes: Any, run: Run, starts: dict[int, int], per_pass: dict[int, int], color: str) -> None:
-    """Each pass's limits as a time per checkpoint: seconds limits as they are, throughput minimums as the time
-    one checkpoint of the run's size takes at that rate."""
+    """Each pass's limits on the measurements the table draws here, as a time per checkpoint: a duration as it is,
+    a throughput as the time one checkpoint of the run's size takes at that rate."""
     checkpoint_bytes = run.data.get("plan", {}).get("total_bytes", 0)
+    drawn = _limited_on("checkpoint_times")
     shown: set[str] = set()
     for entry in run.data.get("measurements", []):
         number = entry.get("context", {}).get("pass")
-        if number not in starts or entry.get("limit_value") is None:
+        row = drawn.get(entry["measurement"])
+        if number not in starts or entry.get("limit_value") is None or row is None:
             continue
-        if entry["measurement"].startswith("fill_checkpoint_seconds"):
-            seconds = limit_in(entry, "s")
-        elif entry["measurement"].startswith("fill_") and checkpoint_bytes:
-            rate = limit_in(entry, "B/s")
-            seconds = checkpoint_bytes / rate if rate else None
-        else:
-            continue
+        seconds = _as_seconds(entry, row, checkpoint_bytes)
         if seconds is None:
             continue
         text = f"limit: {entry['limit']} ({entry['measurement']})"
@@ -139,17 +152,17 @@ def steady_window(runs: Sequence[Run]) -> Drawn:
         half = _RANGE / 2
         for bound in (1 - half, 1 + half):
             axes.hlines(mean * bound, xs[0], xs[-1], colors=color, linestyles=":", linewidth=1.2)
-        slope = _slope(state["window"])
+        fitted = slope(state["window"])
         centre = (xs[0] + xs[-1]) / 2
         axes.plot(
             [xs[0], xs[-1]],
-            [mean + slope * (xs[0] - centre), mean + slope * (xs[-1] - centre)],
+            [mean + fitted * (xs[0] - centre), mean + fitted * (xs[-1] - centre)],
             "--",
             color=color,
             linewidth=1.2,
         )
     axes.set_xlabel("round (checkpoint of passes 2 and later)")
-    axes.set_ylabel("GB/s (1e9 B/s)")
+    axes.set_ylabel(axis_label(name))
     axes.set_title(title, fontsize="medium")
     note = (
         f"window shaded; solid: mean, dotted: {1 - _RANGE / 2:.0%} and {1 + _RANGE / 2:.0%} of the mean (range "
@@ -163,14 +176,6 @@ def steady_window(runs: Sequence[Run]) -> Drawn:
 def _last_state(data: dict[str, Any]) -> dict[str, Any] | None:
     states = data.get("steady_state") or {}
     return states[max(states, key=int)] if states else None
-
-
-def _slope(values: Sequence[float]) -> float:
-    x_mean = (len(values) - 1) / 2
-    y_mean = sum(values) / len(values)
-    return sum((x - x_mean) * (y - y_mean) for x, y in enumerate(values)) / sum(
-        (x - x_mean) ** 2 for x in range(len(values))
-    )
 
 
 def restore_times(runs: Sequence[Run]) -> Drawn:
@@ -187,16 +192,17 @@ def restore_times(runs: Sequence[Run]) -> Drawn:
         xs = [i + offsets[index] for i in range(len(restored))]
         bars = axes.bar(xs, [r["seconds"] for r in restored], width, color=color, label=run.label)
         axes.bar_label(bars, [f"{r['GBps']:.2f} GB/s" for r in restored], fontsize="small")
-        for entry in limits_of(run.data, "restore_throughput"):
-            rate = limit_in(entry, "B/s")
-            if rate and restored:
-                seconds = restored[0]["bytes"] / rate
-                axes.axhline(seconds, color=color, linestyle="--", linewidth=1.2, label=f"limit: {entry['limit']}")
+        for row in _limited_on(name).values():
+            for entry in limits_of(run.data, row.name):
+                seconds = _as_seconds(entry, row, restored[0]["bytes"]) if restored else None
+                if seconds is not None:
+                    label = f"limit: {entry['limit']} ({row.name})"
+                    axes.axhline(seconds, color=color, linestyle="--", linewidth=1.2, label=label)
     count = max(len(run.data.get("restore", [])) for run in runs)
     labels = [f"checkpoint {r['checkpoint']}" for r in max((run.data.get("restore", []) for run in runs), key=len)]
     axes.set_xticks(range(count), labels)
     axes.set_xlim(-0.75, count - 0.25)
-    axes.set_ylabel("seconds (slowest rank)")
+    axes.set_ylabel(axis_label(name))
     axes.set_title(title)
     axes.legend(fontsize="small")
     return Drawn(name, title, figure)
@@ -239,30 +245,33 @@ def sweep_lines(runs: Sequence[Run]) -> Drawn:
                     color=color,
                     label=label,
                 )
-                _cell_limits(axes, run, transfer, size, color)
+                _cell_limits(axes, run, transfer, size, color, f"limit of {label}")
         threads = sorted({c["threads"] for run in runs for c in measured_cells(run.data)})
         axes.set_xscale("log", base=2)
         axes.set_xticks(threads, [str(t) for t in threads])
         axes.set_xlabel("threads (I/O depth)")
-        axes.set_ylabel("GiB/s (2^30 B/s)")
+        axes.set_ylabel(axis_label(name))
         axes.set_title(transfer)
         axes.set_ylim(bottom=0)
         axes.legend(fontsize="x-small", title="block size", title_fontsize="x-small")
-    figure.suptitle(title + ("; limits marked v" if _any_cell_limit(runs) else ""))
+    figure.suptitle(title)
     return Drawn(name, title, figure)
 
 
-def _cell_limits(axes: Any, run: Run, transfer: str, size: str, color: str) -> None:
-    for entry in limits_of(run.data, "sweep_read_bandwidth"):
-        context = entry.get("context", {})
-        if context.get("transfer") == transfer and context.get("block_size") == size:
-            bound = limit_in(entry, "GiB/s")
-            if bound is not None:
-                axes.plot([context["threads"]], [bound], "v", color=color, markersize=8, alpha=0.7)
-
-
-def _any_cell_limit(runs: Sequence[Run]) -> bool:
-    return any(limits_of(run.data, "sweep_read_bandwidth") for run in runs)
+def _cell_limits(axes: Any, run: Run, transfer: str, size: str, color: str, label: str) -> None:
+    """The limits on this block size's cells as markers at their thread counts, under one legend entry `label` of
+    their own, so a limit is read as its block size's and no other's."""
+    markers = []
+    for row in _limited_on("sweep_bandwidth").values():
+        for entry in limits_of(run.data, row.name):
+            context = entry.get("context", {})
+            if context.get("transfer") == transfer and context.get("block_size") == size:
+                bound = limit_in(entry, row.unit)
+                if bound is not None:
+                    markers.append((context["threads"], bound))
+    if markers:
+        xs, ys = zip(*markers, strict=True)
+        axes.plot(xs, ys, "v", linestyle="none", color=color, markersize=8, alpha=0.7, label=label)
 
 
 def _no_sweep(runs: Sequence[Run]) -> str:
@@ -327,15 +336,16 @@ def layout_ratios(runs: Sequence[Run]) -> Drawn:
                 hatch=None if judged else "//",
                 label=run.label if layout["example"] == 0 else None,
             )
-        for entry in limits_of(run.data, "layout_throughput_ratio"):
-            bound = limit_in(entry, "ratio")
-            if bound is not None:
-                axes.axhline(bound, color=color, linestyle="--", linewidth=1.2, label=f"limit: {entry['limit']}")
+        for row in _limited_on(name).values():
+            for entry in limits_of(run.data, row.name):
+                bound = limit_in(entry, row.unit)
+                if bound is not None:
+                    axes.axhline(bound, color=color, linestyle="--", linewidth=1.2, label=f"limit: {entry['limit']}")
     axes.axhline(1.0, color="grey", linewidth=0.8)
     count = max(len(run.data.get("layouts", [])) for run in runs)
     axes.set_xticks(range(count), [str(i) for i in range(count)])
     axes.set_xlabel("layout (hatched: under 16 MiB, verified but not judged)")
-    axes.set_ylabel("odd / regular GB/s")
+    axes.set_ylabel(axis_label(name))
     axes.set_title(title, fontsize="medium")
     axes.legend(fontsize="small")
     return Drawn(name, title, figure)

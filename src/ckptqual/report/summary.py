@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ckptqual.limits.ceiling import Ceiling
+from ckptqual.limits.measurements import Measurement, Taken, field, taken_at
 from ckptqual.report.mlperf import mlperf_lines, mlperf_metrics
 
 
@@ -80,27 +81,25 @@ def _ceiling_line(data: dict[str, Any]) -> list[str]:
 
 
 def _pass_rows(data: dict[str, Any], outcomes: dict[str, str]) -> list[str]:
-    """One row per pass that has an outcome or a result: a pass that failed or did not run shows its word."""
+    """One row per pass that has an outcome or a result, a column per measurement the table takes per pass: a pass
+    that failed or did not run shows its word."""
     results = {result["pass"]: result for result in data.get("passes", [])}
+    columns = [row for row in taken_at(Taken.PASS) if row.column]
     numbers = sorted({*results, *(int(s.split()[1]) for s in outcomes if s.startswith("pass "))})
     rows = []
     for number in numbers:
         result = results.get(number)
-        figures = (
-            [
-                _checkpoints_text(result),
-                f"{result['seconds_mean']:.2f}",
-                f"{result['seconds_max']:.2f}",
-                f"{result['throughput_GBps']:.2f}",
-                f"{result['mean_checkpoint_GBps']:.2f}",
-            ]
-            if result
-            else ["-"] * 5
-        )
-        rows.append([str(number), *figures, outcomes.get(f"pass {number}", "")])
+        figures = [_checkpoints_text(result), *(_figure(result, row) for row in columns)] if result else None
+        rows.append([str(number), *(figures or ["-"] * (1 + len(columns))), outcomes.get(f"pass {number}", "")])
     if not rows:
         return []
-    return table(["pass", "ckpts", "mean s", "worst s", "GB/s", "mean GB/s", "outcome"], rows)
+    return table(["pass", "ckpts", *(row.column for row in columns), "outcome"], rows)
+
+
+def _figure(result: dict[str, Any], row: Measurement) -> str:
+    """A pass's value of a measurement of the table, from the field its record path names; "-" where it has none."""
+    value = result.get(field(row))
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _checkpoints_text(result: dict[str, Any]) -> str:

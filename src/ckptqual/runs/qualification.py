@@ -26,6 +26,7 @@ from ckptqual.host.space import RunSpace
 from ckptqual.host.target import DriveIdentity, Target, identify, open_target
 from ckptqual.limits.health import check_health
 from ckptqual.limits.judgement import Judgement, judge
+from ckptqual.limits.measurements import MEASUREMENTS, Taken, field, in_recorded_unit, taken_at
 from ckptqual.limits.steady import SteadyState, steady_state
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.planfile import dump_plan
@@ -139,7 +140,7 @@ class Qualification:
         events (it listens to them from now on); None when --sample-interval is 0."""
         interval_s = self.settings.sample_interval_s
         if not interval_s:
-            self.events.timeseries({"interval_s": 0, "unavailable": "sampling was off (--sample-interval 0)"})
+            self.events.timeseries({"interval_s": 0, "unavailable": "sampling was off (sample_interval_s 0)"})
             return None
         names = [device["name"] for device in self.identity.to_dict().get("physical", [])] or [self.identity.device]
         events = self.events
@@ -261,7 +262,8 @@ class Qualification:
         return result
 
     def judge(self, measurements: list[tuple[str, float, str]], context: Mapping[str, Any]) -> list[Judgement]:
-        """Judges (name, value, unit) measurements against the drive's limits."""
+        """Judges (name, value, unit) measurements against the drive's limits, each recorded in the unit the table
+        of measurements gives it."""
         baselines, settings = self.baselines, self.settings
         judgements = [
             j
@@ -269,8 +271,8 @@ class Qualification:
             for j in judge(
                 settings.thresholds.limits,
                 name,
-                value,
-                unit,
+                in_recorded_unit(name, value, unit),
+                MEASUREMENTS[name].unit,
                 context,
                 baselines,
                 settings.scale,
@@ -320,10 +322,7 @@ class Qualification:
 
 
 def fill_measurements(result: PassResult) -> list[tuple[str, float, str]]:
-    """The measured values of one fill pass, by measurement name."""
-    return [
-        ("fill_throughput", result.throughput_GBps, "GB/s"),
-        ("fill_mean_checkpoint_throughput", result.mean_checkpoint_GBps, "GB/s"),
-        ("fill_checkpoint_seconds_mean", result.seconds_mean, "s"),
-        ("fill_checkpoint_seconds_max", result.seconds_max, "s"),
-    ]
+    """The measured values of one fill pass: each measurement the table takes per pass, read from the pass's record
+    at the field its row names."""
+    recorded = result.to_dict()
+    return [(row.name, recorded[field(row)], row.unit) for row in taken_at(Taken.PASS)]

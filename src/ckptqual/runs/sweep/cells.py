@@ -17,7 +17,7 @@ Pure: no I/O and no pytest. How a cell maps onto gdsio's knobs:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,31 +185,3 @@ def cell_stats(bytes_read: int, seconds: float, latencies_ns: Sequence[int] | np
         p99_latency_us=percentile(latencies, 99) / 1e3,
         max_latency_us=float(latencies.max() / 1e3),
     )
-
-
-_MARKS = {"FAIL": " F", "MARGINAL": " M", "INVALID": " INVALID", "PASS": "", "MEASURED": ""}
-
-
-def matrix(cells: Sequence[Mapping[str, Any]], transfer: str) -> tuple[list[str], list[list[str]]]:
-    """A transfer type's cells as a table: block sizes down, threads across, GiB/s in the cells.
-
-    A cell reads "skip" when it did not run and "error" when it broke; F, M or INVALID follow the figure of a
-    cell that failed its limit, met it only marginally, or does not count.
-    """
-    own = [cell for cell in cells if cell["transfer"] == transfer]
-    blocks = list(dict.fromkeys(cell["block_size"] for cell in own))
-    threads = list(dict.fromkeys(cell["threads"] for cell in own))
-    by_key = {(cell["block_size"], cell["threads"]): cell for cell in own}
-    rows = []
-    for block in blocks:
-        row = [block]
-        for count in threads:
-            cell = by_key.get((block, count))
-            if cell is None:
-                row.append("")
-            elif "GiBps" not in cell:
-                row.append("skip" if cell.get("outcome") == "SKIPPED" else str(cell.get("outcome", "-")).lower())
-            else:
-                row.append(f"{cell['GiBps']:.2f}{_MARKS.get(cell.get('outcome', ''), '')}")
-        rows.append(row)
-    return ["block \\ threads", *(str(count) for count in threads)], rows
