@@ -212,7 +212,8 @@ MEASUREMENT = record(
 )
 LIMIT = record({"unit": STRING, "where": nullable(OBJECT), "min": SCALAR, "max": SCALAR}, ("measurement", "unit"))
 TEST = record({"subject": SUBJECT, "outcome": STRING}, ("subject", "outcome", "message"))
-VERDICT = record({"overall": STRING, "reasons": array(STRING)}, ("overall", "reasons"))
+# `basis`: what the verdict rests on (limits.verdict.verdict_basis); absent in files written before it existed.
+VERDICT = record({"overall": STRING, "reasons": array(STRING), "basis": array(STRING)}, ("overall", "reasons"))
 CLEANUP = record(
     {"removed": BOOLEAN, "errors": array(STRING), "planted": array(STRING), "why": OPTIONAL_TEXT}, ("removed",)
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ckptqual.report.mlperf import mlperf_lines, mlperf_metrics
+from ckptqual.report.verdict import recorded_verdict
 
 
 def table(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -59,9 +60,10 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     lines += [f"error: {error}" for error in data.get("errors", [])]
     lines += _left_lines(data)
     if data.get("verdict"):
-        verdict = data["verdict"]
-        lines.append(f"verdict: {verdict['overall']}")
-        lines += [f"  {reason}" for reason in verdict["reasons"]]
+        verdict = recorded_verdict(data)
+        basis = f" ({'; '.join(verdict.basis)})" if verdict.basis else ""
+        lines.append(f"verdict: {verdict.overall}{basis}")
+        lines += [f"  {reason}" for reason in verdict.reasons]
     if settings.get("results"):
         lines.append(f"results: {settings['results']}")
     return lines
