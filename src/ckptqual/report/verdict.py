@@ -15,7 +15,8 @@ def recorded_verdict(data: dict[str, Any]) -> RunVerdict | None:
         return None
     if "basis" in verdict or "drives" in data:  # an index's verdict combines its drives': recorded whole
         return RunVerdict.from_dict(verdict)
-    relative = {limit["number"]: limit.get("relative_to") is not None for limit in data.get("limits", [])}
+    limits = [limit for limit in data.get("limits", []) if "number" in limit]
+    relative = {limit["number"]: limit.get("relative_to") is not None for limit in limits}
     required = bool(data.get("settings", {}).get("require_steady_state"))
     steady = data.get("steady_state") or {}
     basis = verdict_basis(relative, data.get("measurements", []), steady, len(data.get("passes", [])), required)
