@@ -2,7 +2,7 @@
 
 The two agree by construction: a test fails exactly when its conclusion is a failing outcome, and the overall
 verdict is computed from those outcomes alone, plus the limits that no test judged, the required parts that did not
-run, the entries found planted in the run directory and an interruption.
+run, the entries found planted in the run directory and an interruption; its basis says what it rests on.
 Pure functions over data: nothing here runs I/O or knows pytest.
 """
 

@@ -65,7 +65,7 @@ def refused_junit(config: pytest.Config, refusal: str) -> None:
     ElementTree.SubElement(case, "system-out").text = line + "\n"
     with contextlib.suppress(OSError):  # pytest's own refusal, printed next, still says what is wrong
         junit.parent.mkdir(parents=True, exist_ok=True)
-        ElementTree.ElementTree(root).write(junit, encoding="utf-8", xml_declaration=True)
+        _write(ElementTree.ElementTree(root), junit)
 
 
 def suite_property(config: pytest.Config, name: str, value: str) -> None:
@@ -142,4 +142,11 @@ def amend(path: Path, properties: list[tuple[str, str]]) -> None:
             if out is None:
                 out = ElementTree.SubElement(case, "system-out")
             out.text = "".join(f"{line}\n" for line in lines) + (out.text or "")
-    tree.write(path, encoding="utf-8", xml_declaration=True)
+    _write(tree, path)
+
+
+def _write(tree: ElementTree.ElementTree, path: Path) -> None:
+    """Writes the XML beside its final name, then renames it into place: a reader never sees half of it."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tree.write(temporary, encoding="utf-8", xml_declaration=True)
+    os.replace(temporary, path)
