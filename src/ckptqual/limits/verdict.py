@@ -212,10 +212,14 @@ def overall_verdict(
     interruption: str | None = None,
     unmet: Iterable[str] = (),
     planted: Iterable[str] = (),
+    refusal: str | None = None,
 ) -> RunVerdict:
     """The run's verdict from every test's recorded outcome and message, the limits never judged, an interruption,
-    the reasons of the required parts that did not run (`unmet_requirements`) and the entries found planted in the
-    run directory (its figures cannot be trusted: INVALID)."""
+    the reasons of the required parts that did not run (`unmet_requirements`), the entries found planted in the
+    run directory (its figures cannot be trusted: INVALID) and the refusal of a run that never started, which leads
+    its reasons with its fix (no limit is then said to be unjudged: nothing could judge it)."""
+    if refusal is not None:
+        interruption, unjudged = f"the run was refused before it started: {refusal}", ()
     by_verdict: dict[Overall, list[str]] = {verdict: [] for verdict in _OVERALL_ORDER}
     for test in tests.values():
         argued = _ARGUES.get(Outcome(test["outcome"]))
@@ -227,7 +231,7 @@ def overall_verdict(
     for limit in unjudged:
         why = f"; skipped: {'; '.join(skips)}" if skips else ""
         by_verdict[Overall.INCOMPLETE].append(f"{limit.title()} was never judged: no test measured it{why}")
-    if not tests:
+    if not tests and refusal is None:
         by_verdict[Overall.INCOMPLETE].append("no qualification test ran")
     overall = next((verdict for verdict in _OVERALL_ORDER[:-1] if by_verdict[verdict]), Overall.QUALIFIED)
     reasons = [reason for verdict in _OVERALL_ORDER[:-1] for reason in by_verdict[verdict]]

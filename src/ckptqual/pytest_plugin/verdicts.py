@@ -12,7 +12,6 @@ from ckptqual.limits.health import MEASURED as HEALTH_MEASUREMENTS
 from ckptqual.limits.health import SUBJECT as HEALTH_SUBJECT
 from ckptqual.limits.limits import Outcome
 from ckptqual.limits.verdict import (
-    Overall,
     RunVerdict,
     overall_verdict,
     unjudged_limits,
@@ -59,7 +58,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def _drive_verdict(session: pytest.Session, run: DriveRun, stopped: str | None) -> RunVerdict:
     """One drive's verdict, from its tests, the limits none judged, the required parts that did not run and an
-    interruption, or the refusal of a run that never started alone; with its basis, kept in its record."""
+    interruption and the refusal of a run that never started; with its basis, kept in its record."""
     record = run.record
     if stopped and run.qualification is not None:
         try:
@@ -71,18 +70,15 @@ def _drive_verdict(session: pytest.Session, run: DriveRun, stopped: str | None) 
     _health_test(run)
     settings, tests, data = run.settings, record.data["tests"], record.data
     thresholds = settings.thresholds
-    refused = session.config.stash.get(REFUSED, None)
-    if refused is not None:  # nothing ran: the refusal, with its fix, is the whole story
-        run_verdict = RunVerdict(Overall.INCOMPLETE, (f"the run was refused before it started: {refused}",))
-    else:
-        parts = part_runs(session.config, run.label, tests, thresholds.requires)
-        run_verdict = overall_verdict(
-            tests,
-            unjudged_limits(thresholds.limits, data["measurements"]),
-            stopped,
-            unmet_requirements(thresholds.requires, parts, thresholds.requires_origin),
-            data.get("cleanup", {}).get("planted", ()),
-        )
+    parts = part_runs(session.config, run.label, tests, thresholds.requires)
+    run_verdict = overall_verdict(
+        tests,
+        unjudged_limits(thresholds.limits, data["measurements"]),
+        stopped,
+        unmet_requirements(thresholds.requires, parts, thresholds.requires_origin),
+        data.get("cleanup", {}).get("planted", ()),
+        session.config.stash.get(REFUSED, None),
+    )
     relative = {limit.number: limit.relative_to is not None for limit in thresholds.limits}
     basis = verdict_basis(relative, data["measurements"], data.get("steady_state", {}),
                           len(data.get("passes", [])), settings.require_steady_state)  # fmt: skip
