@@ -255,7 +255,6 @@ def test_clean_of_a_kept_run_removes_it(tmp_path, capsys):
     [
         (lambda root: root / "missing", "does not exist"),
         (lambda root: Path("/etc"), "is a system directory"),
-        (lambda root: root, "holds nothing of ckptqual's"),
     ],
 )
 def test_clean_usage_errors_exit_2_and_change_nothing(tmp_path, capsys, make, message):
@@ -266,6 +265,24 @@ def test_clean_usage_errors_exit_2_and_change_nothing(tmp_path, capsys, make, me
     assert captured.out == "" and message in captured.err and len(captured.err.strip().splitlines()) == 1
     assert captured.err.startswith("ckptqual clean: ")
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_clean_of_a_target_with_nothing_of_ours_says_so_and_exits_0(tmp_path, capsys, dry_run):
+    (tmp_path / "precious.bin").write_bytes(os.urandom(4096))
+    before = snapshot(tmp_path)
+    assert main(["clean", str(tmp_path), *dry_run]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"nothing to clean: target {tmp_path.resolve()} holds nothing of ckptqual's")
+    assert captured.err == "" and snapshot(tmp_path) == before
+
+
+def test_version_prints_the_package_version_and_exits_0():
+    from importlib.metadata import version
+
+    result = run_module("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"ckptqual {version('ckptqual')}"
 
 
 def test_clean_refuses_a_read_only_target(tmpfs, capsys):

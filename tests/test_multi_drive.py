@@ -22,6 +22,7 @@ from ckptqual.host.identity import identify
 from ckptqual.host.topology import pci_chain, shared_parents
 from ckptqual.limits.verdict import FAILING
 from ckptqual.runs.fill import CheckpointRecord, PassResult
+from expected_basis import HOST, RELATIVE, STEADY, head, host_bound_kept, line, qualified
 from suite_runs import (
     HOST_LIMITED,
     SMALL,
@@ -99,7 +100,7 @@ def test_each_drive_has_its_own_results_and_verdict_and_the_small_one_fails_alon
     limited = [label for label, data in good.items() if host_limited(data)]
     if limited:
         pytest.skip(f"this host could not keep up with {limited}: {good[limited[0]]['verdict']['reasons'][0][:300]}")
-    assert [data["verdict"] for data in good.values()] == [{"overall": "QUALIFIED", "reasons": []}] * 2
+    assert [data["verdict"] for data in good.values()] == [qualified(data, RELATIVE, STEADY) for data in good.values()]
 
 
 def test_junit_ids_carry_the_drive_and_every_drive_has_a_verdict_case(parallel_run):
@@ -133,10 +134,11 @@ def test_the_summary_lists_the_drives_side_by_side_with_the_shared_host(parallel
     rows = {line.split()[0]: line.split() for line in output.splitlines() if line.split()[:1] in (["alpha"], ["tiny"])}
     assert rows["tiny"][2:] == ["NOT_RUN", "NOT_RUN", "NOT_RUN", "-", "-", "INCOMPLETE"]
     assert "shared host: the payload generator needs" in output
-    assert output.rstrip().splitlines()[-1].startswith("ckptqual verdict: INCOMPLETE: tiny INCOMPLETE") or (
+    index = results(out / "qual.json")
+    assert index["verdict"]["basis"][:1] == [STEADY]  # 2 passes of 2 checkpoints; tiny judged no relative limit
+    assert output.rstrip().splitlines()[-1].startswith(head(index["verdict"]) + "tiny INCOMPLETE") or (
         "INVALID" in output.rstrip().splitlines()[-1]
     )
-    index = results(out / "qual.json")
     assert list(index["drives"]) == ["alpha", "beta_1", "tiny"]
     assert index["settings"]["results"]["alpha"] == str(out / "qual.alpha.json")
     shared = index["shared_host"]
@@ -267,8 +269,8 @@ def test_ctrl_c_of_a_parallel_run_leaves_every_drive_incomplete_in_its_own_resul
     os.killpg(suite.process.pid, signal.SIGINT)
     assert suite.finish(timeout_s=120) == 2, suite.output()[-3000:]
     output = suite.output()
-    assert output.rstrip().splitlines()[-1].startswith("ckptqual verdict: INCOMPLETE: first INCOMPLETE"), output[-3000:]
     index = results(out / "q.json")
+    assert output.rstrip().splitlines()[-1].startswith(head(index["verdict"]) + "first INCOMPLETE"), output[-3000:]
     assert index["verdict"]["overall"] == "INCOMPLETE" and list(index["drives"]) == ["first", "second"]
     cases = junit_cases(out / "q.xml")
     for label, target in zip(("first", "second"), targets, strict=True):
@@ -306,8 +308,10 @@ def test_without_n_the_drives_of_a_list_file_are_qualified_one_after_another(tmp
     limited = [label for label, data in drives.items() if host_limited(data)]
     if limited:
         pytest.skip(f"this host could not keep up with {limited}")
-    assert result.returncode == 0 and result.stdout.rstrip().endswith("ckptqual verdict: QUALIFIED")
-    assert results(out / "q.json")["verdict"] == {"overall": "QUALIFIED", "reasons": []}
+    host = [HOST] if any(host_bound_kept(data) for data in drives.values()) else []
+    expected = {"overall": "QUALIFIED", "reasons": [], "basis": [RELATIVE, STEADY, *host]}  # every drive's limits
+    assert result.returncode == 0 and result.stdout.rstrip().endswith(line(expected))
+    assert results(out / "q.json")["verdict"] == expected
 
 
 def test_a_list_file_with_a_bad_line_stops_the_run_up_front(tmp_path):

@@ -1,13 +1,15 @@
 """The qualification suite end to end, as a user runs it: pytest tests_qual with options, in a subprocess."""
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from suite_runs import REPO, SMALL, lenient_drive, run_suite, skip_if_host_limited
+from expected_basis import HOST, RELATIVE, STEADY, line, qualified
+from suite_runs import REPO, SMALL, junit_cases, lenient_drive, results, run_suite, skip_if_host_limited, suite_command
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +67,23 @@ def test_junit_carries_every_measurement_with_limit_and_unit(small_run):
     assert properties["fill_steady_state.reason"] == "needs 5 rounds, got 2"  # pass 2 of 2 checkpoints
 
 
+def test_every_junit_case_shows_its_figures_in_system_out_where_gitlab_and_jenkins_show_it(small_run):
+    tree = ElementTree.parse(small_run[1] / "qual.xml")
+    out = {case.get("name"): case.findtext("system-out", "") for case in tree.iter("testcase")}
+    data = results(small_run[1] / "results.json")
+    judged = {m["context"]["pass"]: m for m in data["measurements"] if m["measurement"] == "fill_throughput"}
+    for number in (1, 2):
+        figure = judged[number]
+        ratio, limit = f"{figure['judged_value']:.4g}", f"{figure['limit_value']:.4g}"
+        state = "fresh" if number == 1 else "steady"
+        assert out[f"test_fill_pass[{number}]"].splitlines() == [
+            f"pass {number} PASS: fill_throughput {figure['value']:.4g} GB/s = {ratio} of raw_write >= {limit} of "
+            f"raw_write (pass={number}, state={state})"
+        ]
+    assert out["test_restore"].splitlines() == ["restore PASS"]  # no restore limit in this drive file: no figure
+    assert out["verdict"].splitlines() == [line(data["verdict"])]
+
+
 def test_results_json_records_configuration_timings_and_outcomes(small_run):
     data = json.loads((small_run[1] / "results.json").read_text())
     assert data["settings"]["scale"] == 0.0003 and data["settings"]["engine"] == "stream"
@@ -79,7 +98,7 @@ def test_results_json_records_configuration_timings_and_outcomes(small_run):
     assert checkpoint["seconds"] == max(r["done_s"] for r in checkpoint["ranks"])
     assert {m["measurement"] for m in data["measurements"]} >= {"fill_throughput", "fill_mean_checkpoint_throughput"}
     assert all(t["outcome"] == "PASS" for t in data["tests"].values())
-    assert data["verdict"] == {"overall": "QUALIFIED", "reasons": []}
+    assert data["verdict"] == qualified(data, RELATIVE, STEADY)
     assert data["cleanup"]["removed"] is True and "torch" in data["environment"]["versions"]
     assert [r["checkpoint"] for r in data["restore"]] == [2, 3]
     assert all(
@@ -163,6 +182,14 @@ source = "an impossible limit, to see the failure"
     failure = next(ElementTree.parse(tmp_path / "q.xml").iter("failure")).get("message")
     assert "fill_throughput" in failure and "< min 1000 of raw_write" in failure and "an impossible limit" in failure
     assert list(target.iterdir()) == []
+    pass_1 = next(case for case in ElementTree.parse(tmp_path / "q.xml").iter("testcase") if case.get("line"))
+    figures = pass_1.findtext("system-out").splitlines()[0]
+    number, where = r"[0-9.e+-]+", r" \(pass=1, state=fresh\)"
+    # FAIL, or INVALID where this host's CPUs, not the drive, set the figure (suite_runs.HOST_LIMITED)
+    shape = (rf"pass 1 (FAIL|INVALID): fill_throughput {number} GB/s = {number} of raw_write >= 0\.05 of raw_write"
+             rf"( INVALID)?{where}; fill_throughput {number} GB/s < 1000 GB/s( INVALID)?{where}")  # fmt: skip
+    assert re.fullmatch(shape, figures), figures
+    assert failure.endswith(" || figures: " + figures.split(": ", 1)[1])  # the figures that passed, too
 
 
 def test_a_target_with_foreign_files_is_refused_and_left_byte_for_byte(tmp_path):
@@ -189,6 +216,66 @@ def test_a_run_that_does_not_fit_is_refused_once_with_a_fix_for_the_whole_run(tm
     fixed = run_suite("--workload", "llama3-8b", "--target", str(target), *fix, "--passes", "1", tests=selected)
     assert "ERROR:" not in fixed.stderr and "passed" in fixed.stdout, fixed.stdout[-2000:] + fixed.stderr
     assert list(target.iterdir()) == []
+
+
+def test_a_refused_run_ends_with_its_fix_and_the_junit_holds_only_that(tmpfs, tmp_path):
+    target = tmpfs("size=20m")
+    command = suite_command("--workload", "llama3-8b", "--target", str(target), "--junitxml", str(tmp_path / "q.xml"))
+    done = subprocess.run(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert done.returncode == 4
+    last = done.stdout.rstrip().splitlines()[-1]
+    assert last.startswith(f"ERROR: --target {target}: the run needs ") and last.endswith("; use a larger target")
+    assert "never judged" not in done.stdout
+    refusal = last.removeprefix("ERROR: ")
+    cases = junit_cases(tmp_path / "q.xml")
+    assert list(cases) == ["verdict"]
+    verdict = cases["verdict"]["message"]  # then the required parts, which never ran
+    assert verdict.startswith(f"ckptqual verdict: INCOMPLETE: the run was refused before it started: {refusal} | ")
+    assert list(target.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "refusal"),
+    [("--drive", "nosuch", "--drive: unknown drive 'nosuch'"), ("--scale", "0", "--scale '0': must be a number")],
+)
+def test_a_run_refused_while_pytest_starts_has_the_refusal_as_its_one_junit_case(tmp_path, option, value, refusal):
+    target = tmp_path / "target"
+    target.mkdir()
+    command = suite_command(option, value, "--target", str(target), "--junitxml", str(tmp_path / "q.xml"))
+    done = subprocess.run(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert done.returncode == 4
+    last = done.stdout.rstrip().splitlines()[-1]
+    assert last.startswith(f"ERROR: {refusal}"), done.stdout
+    cases = junit_cases(tmp_path / "q.xml")
+    assert list(cases) == ["verdict"] and cases["verdict"]["outcome"] == "failure"
+    line = f"ckptqual verdict: INCOMPLETE: the run was refused before it started: {last.removeprefix('ERROR: ')}"
+    assert cases["verdict"]["message"] == line
+    assert ElementTree.parse(tmp_path / "q.xml").findtext("testsuite/testcase/system-out") == line + "\n"
+    assert list(target.iterdir()) == []
+    inside = suite_command(option, value, "--target", str(target), "--junitxml", str(target / "q.xml"))
+    assert subprocess.run(inside, cwd=REPO, capture_output=True, timeout=300).returncode == 4
+    assert list(target.iterdir()) == []  # never into the target, refused or not
+
+
+def test_the_built_in_drive_file_rests_on_relative_limits_only_in_every_report(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    reports = ["--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
+    done = run_suite(*SMALL, "--drive", "local", "--target", str(target), *reports, "--report-dir", str(tmp_path / "h"))
+    data = results(tmp_path / "r.json")
+    basis = data["verdict"]["basis"]
+    assert basis[:2] == [RELATIVE, STEADY] and basis[2:] in ([], [HOST])  # local.toml; 2 passes of 2 checkpoints
+    last = done.stdout.rstrip().splitlines()[-1]
+    assert last.startswith(f"ckptqual verdict: {data['verdict']['overall']} ({'; '.join(basis)})")
+    assert last.startswith("ckptqual verdict: INCOMPLETE (relative limits only; steady state not reached (not ")
+    xml = ElementTree.parse(tmp_path / "q.xml")
+    suite = {p.get("name"): p.get("value") for p in xml.find("testsuite/properties")}
+    assert suite["ckptqual.limits.verdict.basis"] == "; ".join(basis)
+    verdict_case = next(case for case in xml.iter("testcase") if case.get("name") == "verdict")
+    assert verdict_case.find("failure").get("message") == last == verdict_case.findtext("system-out").strip()
+    again = subprocess.run([sys.executable, "-m", "ckptqual.cli", "summary", str(tmp_path / "r.json")],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert again.stdout.rstrip().splitlines()[-1] == last
 
 
 def test_a_drive_file_that_requires_steady_state_fails_a_run_that_cannot_show_it(tmp_path):

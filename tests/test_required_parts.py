@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from expected_basis import RELATIVE, STEADY, head, qualified
 from suite_runs import (
     HOST_LIMITED,
     REPO,
@@ -47,7 +48,7 @@ def assert_held_back(done: subprocess.CompletedProcess, tmp_path: Path, *named: 
     limited = verdict["overall"] == "INVALID" and any(text in " ".join(verdict["reasons"]) for text in HOST_LIMITED)
     assert verdict["overall"] == ("INVALID" if limited else "INCOMPLETE"), verdict  # INVALID outranks INCOMPLETE
     assert done.returncode == 1, done.stdout[-3000:]
-    assert done.stdout.rstrip().splitlines()[-1].startswith(f"ckptqual verdict: {verdict['overall']}: ")
+    assert done.stdout.rstrip().splitlines()[-1].startswith(head(verdict))
     assert reason in done.stdout.rstrip().splitlines()[-1]
     case = junit_cases(tmp_path / "q.xml")["verdict"]
     assert case["outcome"] == "failure" and reason in case["message"]
@@ -89,7 +90,7 @@ def test_a_run_of_every_required_part_is_qualified(tmp_path):
     skip_if_host_limited(done.stdout)
     assert done.returncode == 0, done.stdout[-3000:]
     data = results(tmp_path / "r.json")
-    assert data["verdict"] == {"overall": "QUALIFIED", "reasons": []}
+    assert data["verdict"] == qualified(data, RELATIVE, STEADY)  # local.toml's limits; 1 pass: no steady rounds
     assert [r["checkpoint"] for r in data["restore"]] == [0]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ckptqual.host import gpu
+from expected_basis import RELATIVE, STEADY, line, qualified
 from suite_runs import (
     REPO,
     SMALL,
@@ -45,12 +46,14 @@ def test_a_qualified_run_says_so_in_every_report(tmp_path):
     done = run_suite(*SMALL, "--drive", str(drive), "--target", str(target), *reports(tmp_path), tests=BOTH)
     skip_if_host_limited(done.stdout)
     assert done.returncode == 0, done.stdout[-3000:]
-    assert done.stdout.rstrip().splitlines()[-1] == "ckptqual verdict: QUALIFIED"
+    data = results(tmp_path / "r.json")
+    expected = qualified(data, RELATIVE, STEADY)  # local.toml's limits, and 2 passes of 2 checkpoints
+    assert data["verdict"] == expected
+    assert done.stdout.rstrip().splitlines()[-1] == line(expected)
     cases = junit_cases(tmp_path / "q.xml")
     assert cases["verdict"]["outcome"] == "passed"
     assert suite_properties(tmp_path / "q.xml")["ckptqual.limits.verdict"] == "QUALIFIED"
-    data = results(tmp_path / "r.json")
-    assert data["verdict"] == {"overall": "QUALIFIED", "reasons": []}
+    assert suite_properties(tmp_path / "q.xml")["ckptqual.limits.verdict.basis"] == "; ".join(expected["basis"])
     assert {test["subject"]: test["outcome"] for test in data["tests"].values()} == {
         "pass 1": "PASS",
         "pass 2": "PASS",
@@ -59,7 +62,7 @@ def test_a_qualified_run_says_so_in_every_report(tmp_path):
     summary = done.stdout[done.stdout.index("ckptqual summary") :]
     assert "every byte verified" in summary and summary.split("every byte verified")[1].split("\n")[0].endswith("PASS")
     again = summary_again(tmp_path / "r.json")
-    assert again.returncode == 0 and again.stdout.splitlines()[-1] == "ckptqual verdict: QUALIFIED"
+    assert again.returncode == 0 and again.stdout.splitlines()[-1] == line(expected)
     drawn = again.stdout.splitlines()[1:-1]  # the record's summary, as the run printed it
     assert len(drawn) > 5 and all(line in done.stdout.splitlines() for line in drawn)
 
@@ -89,7 +92,8 @@ source = "test: no drive writes a thousand times its own raw rate"
     assert [row[-1] for row in rows[-2:]] == ["PASS", outcome]  # the summary shows what the test decided
     data = results(tmp_path / "r.json")
     assert data["verdict"]["overall"] == ("NOT QUALIFIED" if outcome == "FAIL" else "INVALID")
-    assert data["verdict"]["reasons"][0] == message
+    reason, figures = message.split(" || figures: ")  # the JUnit message adds every judged figure
+    assert data["verdict"]["reasons"][0] == reason and "fill_throughput " in figures and " < 1000 GB/s" in figures
     assert junit_cases(tmp_path / "q.xml")["verdict"]["outcome"] == "failure"
     again = summary_again(tmp_path / "r.json")
     assert again.returncode == 1 and again.stdout.splitlines()[-1] == done.stdout.rstrip().splitlines()[-1]

@@ -203,3 +203,12 @@ def test_a_required_restore_that_failed_or_broke_argues_through_its_own_outcome(
     broke = PartRun(reported=((outcome, f"restore {outcome}: why"),))
     assert unmet_requirements(["restore"], {"restore": broke}, ORIGIN) == []
     assert overall_verdict({"r": record(outcome, f"restore {outcome}: why")}).overall == overall
+
+
+def test_a_refused_run_leads_with_its_refusal_and_calls_no_limit_unjudged():
+    limit = Limit("fill_throughput", "GB/s", "test", min=1.0, number=1)
+    unmet = ["required part fill was not run: never reached"]
+    refusal = "--target /t: the run needs 9 GB; use --scale 0.1"
+    verdict = overall_verdict({}, [limit], None, unmet, (), refusal)
+    assert verdict.overall is Overall.INCOMPLETE
+    assert verdict.reasons == (f"the run was refused before it started: {refusal}", *unmet)

@@ -7,11 +7,13 @@ import argparse
 import json
 import sys
 from collections.abc import Iterator, Sequence
+from importlib.metadata import version
 from itertools import groupby
 from pathlib import Path
 
 from ckptqual.config.table import add_options, setting
 from ckptqual.config.values import SettingsError
+from ckptqual.host.leftovers import NothingToClean
 from ckptqual.host.target import (
     KEPT,
     LOCK_FILE,
@@ -137,8 +139,13 @@ def _y_ies(count: int) -> str:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    """`ckptqual clean TARGET [--dry-run]`: 0 when everything of ckptqual's is gone, 1 when something was left."""
-    cleaning = clean_target(Path(args.target), dry_run=args.dry_run)
+    """`ckptqual clean TARGET [--dry-run]`: 0 when everything of ckptqual's is gone (or there was nothing), 1 when
+    something was left."""
+    try:
+        cleaning = clean_target(Path(args.target), dry_run=args.dry_run)
+    except NothingToClean as nothing:
+        print(f"nothing to clean: {nothing}")
+        return 0
     print(format_cleaning(cleaning))
     return 0 if cleaning.complete else 1
 
@@ -201,6 +208,7 @@ _LABEL_HELP = "name the run of results file FILE LABEL (repeatable); default: it
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, one subparser per subcommand."""
     parser = argparse.ArgumentParser(prog="ckptqual", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version('ckptqual')}")
     commands = parser.add_subparsers(dest="command", required=True)
     plan = commands.add_parser("plan", help="how much space one checkpoint of a workload needs")
     plan.add_argument("workload", help="a name from `ckptqual workloads` or a path to a .toml file")

@@ -110,17 +110,21 @@ class Cleaning:
         return not self.errors and all(removal.complete for _, removal in self.runs)
 
 
+class NothingToClean(guard.TargetError):
+    """The target holds nothing of ckptqual's: nothing to do, not a usage error."""
+
+
 def _clean_problem(path: Path, dry_run: bool) -> str | None:
-    """Why `ckptqual clean` refuses `path`."""
+    """Why `ckptqual clean` refuses `path`; NothingToClean when it is usable but holds nothing of ckptqual's."""
     if (problem := guard.usable_problem(path, writing=not dry_run)) is not None:
         return problem
     real = path.resolve()
     if (holder := lock.live_holder(real)) is not None:
         return lock.in_use_message(real, holder)
     if not (os.path.lexists(real / TARGET_MARKER) or os.path.lexists(real / LOCK_FILE) or guard.has_run_dir(real)):
-        return (
+        raise NothingToClean(
             f"target {real} holds nothing of ckptqual's (no {TARGET_MARKER}, {LOCK_FILE} or marked {RUN_PREFIX}* "
-            "directory); give a directory ckptqual ran on"
+            "directory)"
         )
     return None
 
@@ -128,7 +132,7 @@ def _clean_problem(path: Path, dry_run: bool) -> str | None:
 def clean_target(path: Path, dry_run: bool = False) -> Cleaning:
     """Removes (dry_run: only counts) every leftover run's declared files, a stale lock file and, when nothing of
     ckptqual's is left, the target marker, holding the target's lock; never an unmarked directory or a foreign
-    file. TargetError when `path` is no ckptqual target or a live run holds it."""
+    file. TargetError when `path` is unusable or a live run holds it, NothingToClean when it holds nothing of ours."""
     if (problem := _clean_problem(path, dry_run)) is not None:
         raise guard.TargetError(problem)
     target = path.resolve()

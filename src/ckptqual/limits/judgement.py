@@ -11,7 +11,16 @@ from typing import Any
 
 from ckptqual.limits.cache_served import relative_to_served
 from ckptqual.limits.host_bound import decide
-from ckptqual.limits.limits import Limit, Verdict, limits_for
+from ckptqual.limits.limits import Limit, Outcome, Verdict, limits_for
+
+
+def _distinct(a: float, b: float) -> tuple[str, str]:
+    """Both numbers with enough significant digits that different values never print alike."""
+    for digits in (4, 6, 9):
+        texts = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if texts[0] != texts[1] or a == b:
+            break
+    return texts
 
 
 @dataclass(frozen=True)
@@ -26,10 +35,27 @@ class Judgement:
     limit: str | None = None
     limit_number: int | None = None
     host_bound: str | None = None  # why the figure measured the host's CPUs (see limits.host_bound), if it did
+    relative_to: str | None = None  # the baseline the judging limit divides by, if it is relative
 
     @property
     def outcome(self) -> str:
         return self.verdict.outcome.value if self.verdict else "MEASURED"
+
+    def figure(self) -> str | None:
+        """The judged figure in a few words, value, limit and unit: `fill_throughput 1.2 GB/s = 0.31 of raw_write >=
+        0.05 of raw_write (pass=1, state=fresh)`; MARGINAL or INVALID where the limit said so; None when unjudged."""
+        if self.verdict is None:
+            return None
+        verdict = self.verdict
+        unit = f"of {self.relative_to}" if self.relative_to else verdict.unit
+        met = verdict.measured >= verdict.limit if verdict.comparator == ">=" else verdict.measured <= verdict.limit
+        relation = verdict.comparator if met else {">=": "<", "<=": ">"}[verdict.comparator]
+        measured, limit = _distinct(verdict.measured, verdict.limit)
+        word = f" {verdict.outcome}" if verdict.outcome in (Outcome.MARGINAL, Outcome.INVALID) else ""
+        where = ", ".join(f"{key}={value}" for key, value in self.context.items())
+        raw = f"{self.value:.4g} {self.unit} = " if self.relative_to else ""
+        comparison = f"{raw}{measured} {unit} {relation} {limit} {unit}{word}"
+        return f"{self.measurement} {comparison}" + (f" ({where})" if where else "")
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -84,6 +110,7 @@ def judge(
             limit.describe(),
             limit.number,
             host_bound,
+            limit.relative_to,
         )
         for limit in applying
     ]

@@ -2,7 +2,7 @@
 
 The two agree by construction: a test fails exactly when its conclusion is a failing outcome, and the overall
 verdict is computed from those outcomes alone, plus the limits that no test judged, the required parts that did not
-run, the entries found planted in the run directory and an interruption.
+run, the entries found planted in the run directory and an interruption; its basis says what it rests on.
 Pure functions over data: nothing here runs I/O or knows pytest.
 """
 
@@ -51,6 +51,7 @@ class Conclusion:
 
     outcome: Outcome
     reasons: tuple[str, ...] = ()
+    figures: tuple[str, ...] = ()  # each judged figure with its value, limit and unit (Judgement.figure)
 
     @property
     def failed(self) -> bool:
@@ -60,12 +61,17 @@ class Conclusion:
         """One line: subject, outcome and the reasons, e.g. `pass 3 NOT_STEADY: ... | ...`."""
         return f"{subject} {self.outcome}" + (f": {' | '.join(self.reasons)}" if self.reasons else "")
 
+    def figures_line(self, subject: str) -> str:
+        """One line: subject, outcome and every judged figure, e.g. `pass 1 PASS: fill_throughput 1.2 GB/s >= ...`."""
+        return f"{subject} {self.outcome}" + (f": {'; '.join(self.figures)}" if self.figures else "")
+
 
 @dataclass
 class Findings:
     """What one test found, in order: judged measurements and the suite's own outcomes (INVALID, NOT_STEADY)."""
 
     items: list[tuple[Outcome, str]] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)
 
     def add(self, outcome: Outcome, reason: str | None) -> None:
         """Adds a finding; a reason of None (nothing found) adds nothing."""
@@ -76,11 +82,13 @@ class Findings:
         for judgement in judgements:
             if judgement.verdict is not None:
                 self.add(judgement.verdict.outcome, judgement.verdict.message)
+                self.figures.append(judgement.figure())
 
     def conclusion(self) -> Conclusion:
         outcomes = [outcome for outcome, _ in self.items]
         worst = min(outcomes, key=_SEVERITY.index, default=Outcome.PASS)
-        return Conclusion(worst, tuple(reason for outcome, reason in self.items if outcome is not Outcome.PASS))
+        reasons = tuple(reason for outcome, reason in self.items if outcome is not Outcome.PASS)
+        return Conclusion(worst, reasons, tuple(self.figures))
 
 
 def outcome_of_error(error: BaseException) -> Outcome:
@@ -143,18 +151,59 @@ def _subjects(subjects: list[str | None]) -> str:
     return ", ".join(named) if len(named) <= 3 else f"{named[0]} and {len(named) - 1} more of its tests"
 
 
+# What a verdict rests on (its basis), in this order, each only where it applies.
+RELATIVE_ONLY = "relative limits only"
+STEADY_NOT_REQUIRED = "steady state not reached (not required by this drive file)"
+HOST_BOUND_KEPT = "host-bound figures kept: each met its minimum"
+BASIS_ORDER = (RELATIVE_ONLY, STEADY_NOT_REQUIRED, HOST_BOUND_KEPT)
+_KEPT = (Outcome.PASS, Outcome.MARGINAL)
+
+
+def verdict_basis(
+    relative: Mapping[int, bool],
+    measurements: Iterable[Mapping[str, Any]],
+    steady_states: Mapping[str, Mapping[str, Any]],
+    fill_passes: int,
+    require_steady_state: bool,
+) -> tuple[str, ...]:
+    """What the verdict rests on, from whether each declared limit (by number) is relative to a raw baseline, the
+    judged measurements (results `measurements`), the SNIA states by pass (results `steady_state`) and the number of
+    fill passes run: every judged limit relative; the last steady-state check (none: one pass) not reached where the
+    drive file does not require it; a host-bound figure whose verdict was kept because it met its minimum."""
+    judged = [m for m in measurements if m.get("limit_number") is not None and m.get("outcome") != "MEASURED"]
+    kinds = [relative[m["limit_number"]] for m in judged if m["limit_number"] in relative]
+    last = steady_states[max(steady_states, key=int)] if steady_states else None
+    applies = {
+        RELATIVE_ONLY: bool(kinds) and all(kinds),
+        STEADY_NOT_REQUIRED: fill_passes > 0 and not require_steady_state and not (last and last.get("reached")),
+        HOST_BOUND_KEPT: any(m.get("host_bound") and m.get("outcome") in _KEPT for m in judged),
+    }
+    return tuple(phrase for phrase in BASIS_ORDER if applies[phrase])
+
+
 @dataclass(frozen=True)
 class RunVerdict:
-    """The overall verdict and its reasons, most severe first."""
+    """The overall verdict, its reasons (most severe first) and its basis (`verdict_basis`)."""
 
     overall: Overall
     reasons: tuple[str, ...]
+    basis: tuple[str, ...] = ()
 
     def line(self) -> str:
-        return f"ckptqual verdict: {self.overall}" + (f": {' | '.join(self.reasons)}" if self.reasons else "")
+        """`ckptqual verdict: WORD (basis; basis): reason | reason`."""
+        basis = f" ({'; '.join(self.basis)})" if self.basis else ""
+        return f"ckptqual verdict: {self.overall}{basis}" + (f": {' | '.join(self.reasons)}" if self.reasons else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"overall": str(self.overall), "reasons": list(self.reasons)}
+        return {"overall": str(self.overall), "reasons": list(self.reasons), "basis": list(self.basis)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunVerdict:
+        """The verdict a results file holds (`to_dict`); a file written before the basis existed has none, and a word
+        this version does not know is kept as the file spells it."""
+        word = data["overall"]
+        overall = Overall(word) if word in {known.value for known in Overall} else word
+        return cls(overall, tuple(data["reasons"]), tuple(data.get("basis", ())))
 
 
 def overall_verdict(
@@ -163,10 +212,14 @@ def overall_verdict(
     interruption: str | None = None,
     unmet: Iterable[str] = (),
     planted: Iterable[str] = (),
+    refusal: str | None = None,
 ) -> RunVerdict:
     """The run's verdict from every test's recorded outcome and message, the limits never judged, an interruption,
-    the reasons of the required parts that did not run (`unmet_requirements`) and the entries found planted in the
-    run directory (its figures cannot be trusted: INVALID)."""
+    the reasons of the required parts that did not run (`unmet_requirements`), the entries found planted in the
+    run directory (its figures cannot be trusted: INVALID) and the refusal of a run that never started, which leads
+    its reasons with its fix (no limit is then said to be unjudged: nothing could judge it)."""
+    if refusal is not None:
+        interruption, unjudged = f"the run was refused before it started: {refusal}", ()
     by_verdict: dict[Overall, list[str]] = {verdict: [] for verdict in _OVERALL_ORDER}
     for test in tests.values():
         argued = _ARGUES.get(Outcome(test["outcome"]))
@@ -178,7 +231,7 @@ def overall_verdict(
     for limit in unjudged:
         why = f"; skipped: {'; '.join(skips)}" if skips else ""
         by_verdict[Overall.INCOMPLETE].append(f"{limit.title()} was never judged: no test measured it{why}")
-    if not tests:
+    if not tests and refusal is None:
         by_verdict[Overall.INCOMPLETE].append("no qualification test ran")
     overall = next((verdict for verdict in _OVERALL_ORDER[:-1] if by_verdict[verdict]), Overall.QUALIFIED)
     reasons = [reason for verdict in _OVERALL_ORDER[:-1] for reason in by_verdict[verdict]]
@@ -188,11 +241,15 @@ def overall_verdict(
 
 def combined_verdict(verdicts: Mapping[str, RunVerdict]) -> RunVerdict:
     """The verdict of a run over several drives (label -> the drive's verdict): QUALIFIED only if every drive is,
-    else the most severe drive's; a reason per drive that is not QUALIFIED, with its first reason."""
+    else the most severe drive's; a reason per drive that is not QUALIFIED, with its first reason; its basis holds
+    `relative limits only` where every drive's does, each other phrase where any drive's does."""
     worst = min((verdict.overall for verdict in verdicts.values()), key=_OVERALL_ORDER.index, default=None)
     reasons = tuple(
         f"{label} {verdict.overall}" + (f": {verdict.reasons[0]}" if verdict.reasons else "")
         for label, verdict in verdicts.items()
         if verdict.overall != Overall.QUALIFIED
     )
-    return RunVerdict(worst or Overall.INCOMPLETE, reasons or (() if worst else ("no drive was qualified",)))
+    bases = [set(verdict.basis) for verdict in verdicts.values()]
+    every, some = set.intersection(*bases) if bases else set(), set().union(*bases)
+    basis = tuple(phrase for phrase in BASIS_ORDER if phrase in (every if phrase == RELATIVE_ONLY else some))
+    return RunVerdict(worst or Overall.INCOMPLETE, reasons or (() if worst else ("no drive was qualified",)), basis)

@@ -54,6 +54,7 @@ class DriveRun:
 
 _DRIVES = pytest.StashKey[list[DriveRun] | SettingsError]()
 DRIVE = pytest.StashKey[DriveRun]()  # the drive a qualification test qualifies
+REFUSED = pytest.StashKey[str]()  # why a run over one drive was refused at collection, before it started
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -161,6 +162,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             run.check_ceiling()
         except SettingsError as error:
             if len(runs) == 1:
+                config.stash[REFUSED] = str(error)
                 raise pytest.UsageError(str(error)) from None
             run.problem = str(error)
     if len(runs) > 1:  # the drives that cannot run share nothing

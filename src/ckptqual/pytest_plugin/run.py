@@ -25,6 +25,7 @@ from ckptqual.pytest_plugin.drives import (
     parametrize_by_drive,
     selected_runs,
 )
+from ckptqual.pytest_plugin.junit import refused_junit
 from ckptqual.pytest_plugin.options import DRIVE, drive_runs, resolved_runs
 from ckptqual.report.progress import Progress
 from ckptqual.report.terminal import report_sections
@@ -41,7 +42,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if not names_the_qualification(config):
         return
     if config.getoption("xmlpath", None):
-        drive_runs(config)  # pytest writes its JUnit XML even for a run refused at collection: refuse before that
+        try:
+            drive_runs(config)  # pytest writes its JUnit XML even for a run refused at collection: refuse before that
+        except pytest.UsageError as refusal:
+            refused_junit(config, str(refusal))  # the XML pytest will not write: the refusal as its one case
+            raise
     if config.getoption("numprocesses", None) and len(drive_runs(config)) < 2:
         raise pytest.UsageError(
             "the qualification runs its own rank processes on one target; run tests_qual without -n "

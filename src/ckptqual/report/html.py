@@ -17,6 +17,7 @@ from ckptqual.report.extract import Run
 from ckptqual.report.figures import Drawn, draw_all
 from ckptqual.report.summary import summary_lines
 from ckptqual.report.sweep_table import sweep_lines
+from ckptqual.report.verdict import recorded_verdict
 
 PAGE = "report.html"
 _DPI = 100
@@ -134,11 +135,13 @@ def _number(value: float) -> str:
 
 
 def _verdict(data: dict[str, Any]) -> str:
-    verdict = data.get("verdict")
-    if not verdict:
+    verdict = recorded_verdict(data)
+    if verdict is None:
         return f"<p>{_badge('INCOMPLETE')} no verdict recorded: the run did not finish.</p>"
-    reasons = "".join(f"<li>{escape(reason)}</li>" for reason in verdict.get("reasons", []))
-    return f"<p>{_badge(verdict['overall'])}</p>" + (f"<ul>{reasons}</ul>" if reasons else "")
+    reasons = "".join(f"<li>{escape(reason)}</li>" for reason in verdict.reasons)
+    basis = "; ".join(verdict.basis)
+    rests = f'<p class="basis">This verdict rests on: {escape(basis)}.</p>' if basis else ""
+    return f"<p>{_badge(verdict.overall)}</p>{rests}" + (f"<ul>{reasons}</ul>" if reasons else "")
 
 
 def _identity(data: dict[str, Any]) -> str:

@@ -222,12 +222,18 @@ MEASUREMENT = record(
         "limit_value": nullable(NUMBER),
         "judged_value": nullable(NUMBER),
         "host_bound": OPTIONAL_TEXT,
+        "limit_number": nullable(INTEGER),
     },
     ("measurement", "value", "unit", "outcome"),
 )
-LIMIT = record({"unit": STRING, "where": nullable(OBJECT), "min": SCALAR, "max": SCALAR}, ("measurement", "unit"))
+LIMIT = record(
+    {"unit": STRING, "where": nullable(OBJECT), "min": SCALAR, "max": SCALAR, "number": INTEGER,
+     "relative_to": OPTIONAL_TEXT},  # number and relative_to: the verdict's basis of an older file (report/verdict.py)
+    ("measurement", "unit"),
+)  # fmt: skip
 TEST = record({"subject": SUBJECT, "outcome": STRING}, ("subject", "outcome", "message"))
-VERDICT = record({"overall": STRING, "reasons": array(STRING)}, ("overall", "reasons"))
+# `basis`: what the verdict rests on (limits.verdict.verdict_basis); absent in files written before it existed.
+VERDICT = record({"overall": STRING, "reasons": array(STRING), "basis": array(STRING)}, ("overall", "reasons"))
 CLEANUP = record(
     {"removed": BOOLEAN, "errors": array(STRING), "planted": array(STRING), "why": OPTIONAL_TEXT}, ("removed",)
 )

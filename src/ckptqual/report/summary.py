@@ -8,6 +8,7 @@ from typing import Any
 from ckptqual.limits.ceiling import Ceiling
 from ckptqual.limits.measurements import Measurement, Taken, field, taken_at
 from ckptqual.report.mlperf import mlperf_lines, mlperf_metrics
+from ckptqual.report.verdict import recorded_verdict
 
 
 def table(headers: list[str], rows: list[list[str]]) -> list[str]:
@@ -62,9 +63,10 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     lines += [f"error: {error}" for error in data.get("errors", [])]
     lines += _left_lines(data)
     if data.get("verdict"):
-        verdict = data["verdict"]
-        lines.append(f"verdict: {verdict['overall']}")
-        lines += [f"  {reason}" for reason in verdict["reasons"]]
+        verdict = recorded_verdict(data)
+        basis = f" ({'; '.join(verdict.basis)})" if verdict.basis else ""
+        lines.append(f"verdict: {verdict.overall}{basis}")
+        lines += [f"  {reason}" for reason in verdict.reasons]
     if settings.get("results"):
         lines.append(f"results: {settings['results']}")
     return lines

@@ -8,6 +8,7 @@ from typing import Any
 from ckptqual.report.drives import drives_lines
 from ckptqual.report.summary import summary_lines
 from ckptqual.report.sweep_table import sweep_lines
+from ckptqual.report.verdict import recorded_verdict
 
 
 def report_sections(data: dict[str, Any]) -> list[tuple[str, list[str]]]:
@@ -22,8 +23,5 @@ def report_sections(data: dict[str, Any]) -> list[tuple[str, list[str]]]:
 
 def verdict_line(data: dict[str, Any]) -> str:
     """The final line: the recorded verdict, or why there is none."""
-    verdict = data.get("verdict")
-    if not verdict:
-        return "ckptqual verdict: none recorded (the run did not finish)"
-    reasons = verdict.get("reasons", [])
-    return f"ckptqual verdict: {verdict['overall']}" + (f": {' | '.join(reasons)}" if reasons else "")
+    verdict = recorded_verdict(data)
+    return verdict.line() if verdict else "ckptqual verdict: none recorded (the run did not finish)"

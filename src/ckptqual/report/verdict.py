@@ -1,0 +1,23 @@
+"""The verdict a results file holds, as every view shows it (terminal, `ckptqual summary`, HTML): with its basis,
+which a file written before the basis existed lacks and which is then computed from the record it sits in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ckptqual.limits.verdict import RunVerdict, verdict_basis
+
+
+def recorded_verdict(data: dict[str, Any]) -> RunVerdict | None:
+    """The run's verdict with its basis; None when the run recorded none (it did not finish)."""
+    verdict = data.get("verdict")
+    if not verdict:
+        return None
+    if "basis" in verdict or "drives" in data:  # an index's verdict combines its drives': recorded whole
+        return RunVerdict.from_dict(verdict)
+    limits = [limit for limit in data.get("limits", []) if "number" in limit]
+    relative = {limit["number"]: limit.get("relative_to") is not None for limit in limits}
+    required = bool(data.get("settings", {}).get("require_steady_state"))
+    steady = data.get("steady_state") or {}
+    basis = verdict_basis(relative, data.get("measurements", []), steady, len(data.get("passes", [])), required)
+    return RunVerdict.from_dict({**verdict, "basis": list(basis)})

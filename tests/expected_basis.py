@@ -1,0 +1,35 @@
+"""The basis a run's verdict must carry, from the spec's words and the run's own record: a suite test knows which
+kind of limits its drive file declares and whether steady state could be reached; whether a figure was host-bound
+depends on how busy this host was, so it is read from the judged measurements."""
+
+from __future__ import annotations
+
+from typing import Any
+
+RELATIVE = "relative limits only"
+STEADY = "steady state not reached (not required by this drive file)"
+HOST = "host-bound figures kept: each met its minimum"
+
+
+def host_bound_kept(data: dict[str, Any]) -> bool:
+    """Whether some judged figure of the run was host-bound and still passed its limit."""
+    return any(
+        m.get("host_bound") and m.get("limit_number") is not None and m["outcome"] in ("PASS", "MARGINAL")
+        for m in data["measurements"]
+    )
+
+
+def qualified(data: dict[str, Any], *phrases: str) -> dict[str, Any]:
+    """The QUALIFIED verdict of `data` with `phrases` (RELATIVE, STEADY) and HOST where the record shows it."""
+    return {"overall": "QUALIFIED", "reasons": [], "basis": [*phrases, *([HOST] if host_bound_kept(data) else [])]}
+
+
+def line(verdict: dict[str, Any]) -> str:
+    """The verdict line of a recorded verdict without reasons, in the spec's form."""
+    basis = f" ({'; '.join(verdict['basis'])})" if verdict["basis"] else ""
+    return f"ckptqual verdict: {verdict['overall']}{basis}"
+
+
+def head(verdict: dict[str, Any]) -> str:
+    """The verdict line of a recorded verdict up to its reasons: `ckptqual verdict: WORD (basis): `."""
+    return f"{line(verdict)}: "

@@ -1,0 +1,115 @@
+"""The verdict's basis (what a verdict rests on) and the one-line figures of a test: pure functions over the judged
+limits and findings, each phrase only where it applies, in the spec's order and words."""
+
+from ckptqual.limits.judgement import judge
+from ckptqual.limits.limits import Limit
+from ckptqual.limits.verdict import (
+    Findings,
+    Overall,
+    RunVerdict,
+    combined_verdict,
+    verdict_basis,
+)
+
+RELATIVE = "relative limits only"
+STEADY = "steady state not reached (not required by this drive file)"
+HOST = "host-bound figures kept: each met its minimum"
+RELATIVE_LIMIT = Limit("fill_throughput", "ratio", "test", min=0.05, relative_to="raw_write", number=1)
+ABSOLUTE_LIMIT = Limit("fill_throughput", "GB/s", "test", min=0.8, number=2)
+REACHED = {"2": {"reached": False}, "5": {"reached": True}}
+NOT_REACHED = {"2": {"reached": False}}
+
+
+def measured(number: int, outcome: str = "PASS", host_bound: str | None = None) -> dict:
+    return {"measurement": "fill_throughput", "limit_number": number, "outcome": outcome, "host_bound": host_bound}
+
+
+def basis(measurements, steady=REACHED, passes=5, required=False, limits=(RELATIVE_LIMIT, ABSOLUTE_LIMIT)):
+    return verdict_basis({limit.number: limit.relative_to is not None for limit in limits}, measurements, steady,
+                         passes, required)  # fmt: skip
+
+
+def test_a_run_judged_only_by_relative_limits_says_so():
+    assert basis([measured(1)]) == (RELATIVE,)
+
+
+def test_one_absolute_limit_judged_takes_relative_limits_only_away():
+    assert basis([measured(1), measured(2)]) == ()
+
+
+def test_an_absolute_limit_declared_but_never_judged_leaves_relative_limits_only():
+    assert basis([measured(1), {"measurement": "fill_throughput", "limit_number": None, "outcome": "MEASURED"}]) == (
+        RELATIVE,
+    )
+
+
+def test_no_judged_limit_is_no_basis_of_relative_limits():
+    assert basis([]) == ()
+
+
+def test_steady_state_not_reached_shows_only_where_the_drive_file_does_not_require_it():
+    assert basis([measured(2)], steady=NOT_REACHED) == (STEADY,)
+    assert basis([measured(2)], steady=NOT_REACHED, required=True) == ()
+    assert basis([measured(2)], steady={}, passes=1) == (STEADY,)  # one pass: no steady-state rounds at all
+    assert basis([measured(2)], steady={}, passes=0) == ()  # no fill pass ran: nothing to be steady
+
+
+def test_the_last_steady_state_check_decides():
+    assert basis([measured(2)], steady={"2": {"reached": True}, "10": {"reached": False}}) == (STEADY,)
+    assert basis([measured(2)], steady=REACHED) == ()
+
+
+def test_a_host_bound_figure_kept_because_it_met_its_minimum_shows():
+    assert basis([measured(2, "PASS", "host-bound: ...")]) == (HOST,)
+    assert basis([measured(2, "MARGINAL", "host-bound: ...")]) == (HOST,)
+    assert basis([measured(2, "INVALID", "host-bound: ...")]) == ()  # not kept: it does not count
+
+
+def test_every_phrase_in_the_spec_order():
+    assert basis([measured(1, "PASS", "host-bound: ...")], steady=NOT_REACHED) == (RELATIVE, STEADY, HOST)
+
+
+def test_the_verdict_line_carries_the_basis_before_the_reasons():
+    assert RunVerdict(Overall.QUALIFIED, (), (RELATIVE, STEADY)).line() == (
+        "ckptqual verdict: QUALIFIED (relative limits only; steady state not reached (not required by this drive file))"
+    )
+    assert RunVerdict(Overall.NOT_QUALIFIED, ("pass 1 FAIL: x",), (RELATIVE,)).line() == (
+        "ckptqual verdict: NOT QUALIFIED (relative limits only): pass 1 FAIL: x"
+    )
+    assert RunVerdict(Overall.QUALIFIED, ()).line() == "ckptqual verdict: QUALIFIED"
+
+
+def test_the_basis_round_trips_through_the_results_file_and_an_old_file_has_none():
+    verdict = RunVerdict(Overall.QUALIFIED, (), (RELATIVE,))
+    assert verdict.to_dict() == {"overall": "QUALIFIED", "reasons": [], "basis": [RELATIVE]}
+    assert RunVerdict.from_dict(verdict.to_dict()) == verdict
+    assert RunVerdict.from_dict({"overall": "QUALIFIED", "reasons": []}).basis == ()
+
+
+def test_several_drives_rest_on_relative_limits_only_where_every_drive_does():
+    one = RunVerdict(Overall.QUALIFIED, (), (RELATIVE, HOST))
+    other = RunVerdict(Overall.QUALIFIED, (), (STEADY,))
+    assert combined_verdict({"a": one, "b": other}).basis == (STEADY, HOST)
+    assert combined_verdict({"a": one, "b": one}).basis == (RELATIVE, HOST)
+
+
+def test_a_passing_test_line_carries_value_limit_and_unit_of_every_judged_figure():
+    limits = [RELATIVE_LIMIT, ABSOLUTE_LIMIT]
+    findings = Findings()
+    context = {"pass": 1, "state": "fresh"}
+    findings.add_judgements(judge(limits, "fill_throughput", 1.5, "GB/s", context, {"raw_write": 3e9}, 1.0))
+    conclusion = findings.conclusion()
+    assert conclusion.figures_line("pass 1") == (
+        "pass 1 PASS: fill_throughput 1.5 GB/s = 0.5 of raw_write >= 0.05 of raw_write (pass=1, state=fresh); "
+        "fill_throughput 1.5 GB/s >= 0.8 GB/s (pass=1, state=fresh)"
+    )
+
+
+def test_a_failed_or_marginal_figure_shows_which_side_of_its_limit_it_fell():
+    marginal = Limit("fill_throughput", "GB/s", "t", min=0.8, marginal=0.5)
+    limits = [marginal, Limit("fill_throughput", "GB/s", "t", min=2)]
+    findings = Findings()
+    findings.add_judgements(judge(limits, "fill_throughput", 1.0, "GB/s", {}, {}, 1.0))
+    assert findings.conclusion().figures_line("pass 1") == (
+        "pass 1 FAIL: fill_throughput 1 GB/s >= 0.8 GB/s MARGINAL; fill_throughput 1 GB/s < 2 GB/s"
+    )
