@@ -1,8 +1,10 @@
 """The verdict's basis (what a verdict rests on) and the one-line figures of a test: pure functions over the judged
 limits and findings, each phrase only where it applies, in the spec's order and words."""
 
+from ckptqual.config.drive_file import load_drive_file
 from ckptqual.limits.judgement import judge
 from ckptqual.limits.limits import Limit
+from ckptqual.limits.measurements import is_relative
 from ckptqual.limits.verdict import (
     Findings,
     Overall,
@@ -113,3 +115,16 @@ def test_a_failed_or_marginal_figure_shows_which_side_of_its_limit_it_fell():
     assert findings.conclusion().figures_line("pass 1") == (
         "pass 1 FAIL: fill_throughput 1 GB/s >= 0.8 GB/s MARGINAL; fill_throughput 1 GB/s < 2 GB/s"
     )
+
+
+def test_every_limit_of_the_built_in_drive_file_is_relative_and_the_review_drives_have_absolute_ones():
+    """`local.toml` judges the target against itself (raw baselines, a layout against its regular twin), so its
+    QUALIFIED says `relative limits only`; the review's drive files hold the drive to its published figures."""
+    local = load_drive_file("local").limits
+    assert all(is_relative(limit.measurement, limit.relative_to) for limit in local)
+    assert {limit.measurement for limit in local} >= {"fill_throughput", "layout_throughput_ratio"}
+    relative = {limit.number: is_relative(limit.measurement, limit.relative_to) for limit in local}
+    judged = [{"measurement": limit.measurement, "limit_number": limit.number, "outcome": "PASS"} for limit in local]
+    assert verdict_basis(relative, judged, REACHED, 5, False) == (RELATIVE,)
+    for review in ("d5-p5336", "d7-ps1010"):
+        assert not all(is_relative(limit.measurement, limit.relative_to) for limit in load_drive_file(review).limits)

@@ -57,6 +57,7 @@ class Measurement:
     limited: bool = True
     drawn: Drawing | None = None
     column: str = ""  # its header in the summary's table, where it has one there
+    within_run: bool = False  # a ratio of two figures this run took on this target, so a limit on it is relative
 
     @property
     def kind(self) -> str:
@@ -182,6 +183,7 @@ _ROWS = (
         "layouts[].ratio",
         ("layout",),
         drawn=Drawing("layouts", "odd / regular GB/s"),
+        within_run=True,
     ),
     Measurement(
         "drive_temperature",
@@ -212,6 +214,13 @@ _ROWS = (
 )
 MEASUREMENTS: dict[str, Measurement] = {row.name: row for row in _ROWS}
 LIMITED: tuple[str, ...] = tuple(row.name for row in _ROWS if row.limited)
+
+
+def is_relative(measurement: str, relative_to: str | None) -> bool:
+    """Whether a limit on `measurement` judges the target against itself: relative to a raw baseline of the run, or
+    on a ratio of two figures of the run; otherwise it is absolute (a figure of the drive)."""
+    row = MEASUREMENTS.get(measurement)
+    return relative_to is not None or (row is not None and row.within_run)
 
 
 def in_recorded_unit(name: str, value: float, unit: str) -> float:

@@ -11,6 +11,7 @@ from ckptqual.faults import RunError
 from ckptqual.limits.health import MEASURED as HEALTH_MEASUREMENTS
 from ckptqual.limits.health import SUBJECT as HEALTH_SUBJECT
 from ckptqual.limits.limits import Outcome
+from ckptqual.limits.measurements import is_relative
 from ckptqual.limits.verdict import (
     RunVerdict,
     overall_verdict,
@@ -79,7 +80,7 @@ def _drive_verdict(session: pytest.Session, run: DriveRun, stopped: str | None) 
         data.get("cleanup", {}).get("planted", ()),
         session.config.stash.get(REFUSED, None),
     )
-    relative = {limit.number: limit.relative_to is not None for limit in thresholds.limits}
+    relative = {limit.number: is_relative(limit.measurement, limit.relative_to) for limit in thresholds.limits}
     basis = verdict_basis(relative, data["measurements"], data.get("steady_state", {}),
                           len(data.get("passes", [])), settings.require_steady_state)  # fmt: skip
     reasons = (*run_verdict.reasons, record.save_error) if record.save_error else run_verdict.reasons
