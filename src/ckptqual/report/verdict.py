@@ -17,7 +17,9 @@ def recorded_verdict(data: dict[str, Any]) -> RunVerdict | None:
     if "basis" in verdict or "drives" in data:  # an index's verdict combines its drives': recorded whole
         return RunVerdict.from_dict(verdict)
     limits = [limit for limit in data.get("limits", []) if "number" in limit]
-    relative = {limit["number"]: is_relative(limit["measurement"], limit.get("relative_to")) for limit in limits}
+    relative = {
+        limit["number"]: is_relative(str(limit.get("measurement")), limit.get("relative_to")) for limit in limits
+    }
     required = bool(data.get("settings", {}).get("require_steady_state"))
     steady = data.get("steady_state") or {}
     basis = verdict_basis(relative, data.get("measurements", []), steady, len(data.get("passes", [])), required)
