@@ -66,8 +66,9 @@ def test_a_qualified_run_that_was_not_steady_says_what_the_verdict_rests_on_unde
     for name, run_data, basis in (
         ("recorded", recorded, "relative limits only"),  # as written: the page shows what the file holds
         # a file written before the basis was recorded: computed from the record, so NOT STEADY never stands alone
-        ("older", data, "steady state not reached (not required by this drive file); host-bound figures kept: "
-                        "each met its minimum"),
+        # every limit of drive-a is relative: to a raw baseline, or a layout against its regular twin
+        ("older", data, "relative limits only; steady state not reached (not required by this drive file); "
+                        "host-bound figures kept: each met its minimum"),
     ):  # fmt: skip
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(run_data))
