@@ -11,13 +11,11 @@ from ckptqual.faults import RunError
 from ckptqual.limits.health import MEASURED as HEALTH_MEASUREMENTS
 from ckptqual.limits.health import SUBJECT as HEALTH_SUBJECT
 from ckptqual.limits.limits import Outcome
-from ckptqual.limits.measurements import is_relative
 from ckptqual.limits.verdict import (
     RunVerdict,
     overall_verdict,
     unjudged_limits,
     unmet_requirements,
-    verdict_basis,
 )
 from ckptqual.pytest_plugin.drive_index import report_drives
 from ckptqual.pytest_plugin.drives import is_worker, selected_runs, send_rows
@@ -25,6 +23,7 @@ from ckptqual.pytest_plugin.interruption import interruption, report_unfinished
 from ckptqual.pytest_plugin.junit import report_health, report_verdict
 from ckptqual.pytest_plugin.options import REFUSED, DriveRun, resolved_runs
 from ckptqual.pytest_plugin.selection import part_runs
+from ckptqual.report.verdict import record_basis
 
 HEALTH_NODEID = "ckptqual::health"
 _VERDICT = pytest.StashKey[RunVerdict]()
@@ -80,11 +79,8 @@ def _drive_verdict(session: pytest.Session, run: DriveRun, stopped: str | None) 
         data.get("cleanup", {}).get("planted", ()),
         session.config.stash.get(REFUSED, None),
     )
-    relative = {limit.number: is_relative(limit.measurement, limit.relative_to) for limit in thresholds.limits}
-    basis = verdict_basis(relative, data["measurements"], data.get("steady_state", {}),
-                          len(data.get("passes", [])), settings.require_steady_state)  # fmt: skip
     reasons = (*run_verdict.reasons, record.save_error) if record.save_error else run_verdict.reasons
-    run_verdict = RunVerdict(run_verdict.overall, reasons, basis)
+    run_verdict = RunVerdict(run_verdict.overall, reasons, record_basis(data))
     data["verdict"] = run_verdict.to_dict()
     record.save()
     return run_verdict

@@ -16,11 +16,15 @@ def recorded_verdict(data: dict[str, Any]) -> RunVerdict | None:
         return None
     if "basis" in verdict or "drives" in data:  # an index's verdict combines its drives': recorded whole
         return RunVerdict.from_dict(verdict)
+    return RunVerdict.from_dict({**verdict, "basis": list(record_basis(data))})
+
+
+def record_basis(data: dict[str, Any]) -> tuple[str, ...]:
+    """The verdict's basis from a run's record: the limits and settings it began with and what it judged."""
     limits = [limit for limit in data.get("limits", []) if "number" in limit]
     relative = {
         limit["number"]: is_relative(str(limit.get("measurement")), limit.get("relative_to")) for limit in limits
     }
     required = bool(data.get("settings", {}).get("require_steady_state"))
     steady = data.get("steady_state") or {}
-    basis = verdict_basis(relative, data.get("measurements", []), steady, len(data.get("passes", [])), required)
-    return RunVerdict.from_dict({**verdict, "basis": list(basis)})
+    return verdict_basis(relative, data.get("measurements", []), steady, len(data.get("passes", [])), required)
