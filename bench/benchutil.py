@@ -6,6 +6,7 @@ Standard library and `ckptqual.host.cache` only, so that it also serves a script
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -35,3 +36,8 @@ def cpu_seconds(pids: Iterable[int]) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
         total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
     return total / _TICKS
+
+
+def spread(values: list[float]) -> str:
+    """min / median / max of per-round figures."""
+    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchutil import drop_caches
+from benchutil import drop_caches, spread
 
 from ckptqual.host import gpu
 from ckptqual.io.readers import make_reader
@@ -95,10 +95,6 @@ def ckptqual_GiBps(files: SweepFiles, cell: Cell, host: gpu.HostGpu, generic: bo
     if not direct:
         raise RuntimeError(f"{reader.engine} could not read {files.directory} with O_DIRECT; fio does: not comparable")
     return run.bytes / run.seconds / 2**30, reader.engine
-
-
-def spread(values: list[float]) -> str:
-    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
 
 
 def main() -> None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from benchutil import spread
 
 from ckptqual.io.engines.torchread.records import read_records
 from ckptqual.io.engines.torchread.source import FileSource
@@ -135,10 +136,6 @@ def fio_read(directory: Path, files: list[list[str]]) -> tuple[float, int, float
     seconds = max(job["read"]["runtime"] for job in jobs) / 1000
     cpu = sum((job["usr_cpu"] + job["sys_cpu"]) / 100 * job["read"]["runtime"] / 1000 for job in jobs)
     return seconds, sum(job["read"]["io_bytes"] for job in jobs), cpu
-
-
-def spread(values: list[float]) -> str:
-    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
 
 
 def main() -> None:

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchutil import spread
+
 from ckptqual.plan.model import RankPlan
 from ckptqual.plan.workloads import load_workload
 
@@ -88,10 +90,10 @@ class Server:
         self.process.wait(60)
 
 
-def checkpoint_tool(server: Server, engine: str, scale: float) -> Tool:
+def checkpoint_tool(server: Server, engine: str, scale: float, workload: str) -> Tool:
     def run(directory: Path, round_number: int) -> Result:
         return server.request(
-            op="checkpoint", directory=directory, engine=engine, workload=WORKLOAD, scale=scale, checkpoint=round_number
+            op="checkpoint", directory=directory, engine=engine, workload=workload, scale=scale, checkpoint=round_number
         )
 
     return run
@@ -248,7 +250,7 @@ def dlio_seconds(dlio: str, config: str, directory: Path) -> list[float]:
 def dlio_row(args: argparse.Namespace) -> None:
     """DLIO runs its checkpoints in one invocation (its start-up takes minutes here), then `stream` writes as
     many, each after a page-cache drop; seconds per checkpoint compared, medians and spread."""
-    plan = load_workload(WORKLOAD).plan().scaled(args.scale)
+    plan = load_workload(args.workload).plan().scaled(args.scale)
     work = Path(tempfile.mkdtemp(prefix="ckptqual-bench-", dir=args.target))
     server = Server(None)
     try:
@@ -256,15 +258,17 @@ def dlio_row(args: argparse.Namespace) -> None:
         dlio = dlio_seconds(args.dlio, dlio_config(plan.ranks, plan.parallelism, work / "dlio", args.rounds), work)
         shutil.rmtree(work / "dlio", ignore_errors=True)
         stream = []
+        write = checkpoint_tool(server, "stream", args.scale, args.workload)
         for round_number in range(args.rounds):
             drop_caches()
-            stream.append(checkpoint_tool(server, "stream", args.scale)(work / f"stream-{round_number}", round_number))
+            stream.append(write(work / f"stream-{round_number}", round_number))
             shutil.rmtree(work / f"stream-{round_number}")
     finally:
         server.close()
         shutil.rmtree(work, ignore_errors=True)
     seconds = [r.seconds for r in stream]
-    print(f"row dlio: {plan.total_bytes / 1e9:.3f} GB, {plan.file_count} files, 8 ranks, {args.rounds} checkpoints")
+    size = f"{plan.total_bytes / 1e9:.3f} GB, {plan.file_count} files, {len(plan.ranks)} ranks"
+    print(f"row dlio: {size}, {args.rounds} checkpoints")
     print(f"  DLIO v2.0.0 (torch.save of zeros, no fsync, rank 0's time)  s: {spread(dlio)}")
     print(f"  stream (unique payload, fsync, slowest rank)                 s: {spread(seconds)}")
     ratios = sorted(s / d for s in seconds for d in dlio)
@@ -273,7 +277,7 @@ def dlio_row(args: argparse.Namespace) -> None:
 
 def rows(args: argparse.Namespace) -> tuple[str, dict[str, Tool], list[Server], Path | None]:
     """The row's tools (the reference first) and the servers that hold ckptqual's pools."""
-    plan = load_workload(WORKLOAD).plan().scaled(args.scale)
+    plan = load_workload(args.workload).plan().scaled(args.scale)
     servers: dict[str, Server] = {"": Server(None)}
     if args.before:
         servers["before "] = Server(args.before)
@@ -282,30 +286,31 @@ def rows(args: argparse.Namespace) -> tuple[str, dict[str, Tool], list[Server], 
     if args.row == "checkpoint":
         tools["fio buffered"] = fio_tool(fio_jobs(plan.ranks, False), {"ioengine": "psync"})
         for label, server in servers.items():
-            tools[f"{label}stream"] = checkpoint_tool(server, "stream", args.scale)
-            tools[f"{label}torch-save"] = checkpoint_tool(server, "torch-save", args.scale)
+            tools[f"{label}stream"] = checkpoint_tool(server, "stream", args.scale, args.workload)
+            tools[f"{label}torch-save"] = checkpoint_tool(server, "torch-save", args.scale, args.workload)
     elif args.row == "direct":
         tools["fio O_DIRECT libaio qd16"] = fio_tool(
             fio_jobs(plan.ranks, True), {"ioengine": "libaio", "direct": "1", "iodepth": "16"}
         )
         for label, server in servers.items():
-            tools[f"{label}stream"] = checkpoint_tool(server, "stream", args.scale)
+            tools[f"{label}stream"] = checkpoint_tool(server, "stream", args.scale, args.workload)
         if args.direct_engine:
-            tools["stream-direct"] = checkpoint_tool(servers[""], "stream-direct", args.scale)
+            tools["stream-direct"] = checkpoint_tool(servers[""], "stream-direct", args.scale, args.workload)
     elif args.row == "tmpfs":
         target = target or Path("/dev/shm")
         tools["best plain writer"] = _best(
             fio_tool(fio_jobs(plan.ranks, False), {"ioengine": "psync"}), plain_tool(plan.ranks)
         )
         for label, server in servers.items():
-            tools[f"{label}stream"] = checkpoint_tool(server, "stream", args.scale)
+            tools[f"{label}stream"] = checkpoint_tool(server, "stream", args.scale, args.workload)
     elif args.row == "raw":
         per_rank = -(-plan.total_bytes // len(plan.ranks))
         job = {"bs": str(1 << 20), "filesize": str(per_rank), "size": str(per_rank)}
         tools["fio one file per rank"] = fio_tool([[job | {"name": f"r{r}"}] for r in range(len(plan.ranks))], {})
         for label, server in servers.items():
             tools[f"{label}raw writer"] = raw_tool(server, per_rank)
-    return f"{plan.total_bytes / 1e9:.3f} GB, {plan.file_count} files, 8 ranks", tools, list(servers.values()), target
+    size = f"{plan.total_bytes / 1e9:.3f} GB, {plan.file_count} files, {len(plan.ranks)} ranks"
+    return size, tools, list(servers.values()), target
 
 
 def _best(*candidates: Tool) -> Tool:
@@ -322,16 +327,13 @@ def _best(*candidates: Tool) -> Tool:
     return run
 
 
-def spread(values: list[float]) -> str:
-    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--row", required=True, choices=("checkpoint", "direct", "tmpfs", "dlio", "raw"))
     parser.add_argument("--target", type=Path, default=None, help="directory on the drive (default: the temp dir)")
     parser.add_argument("--scale", type=float, default=0.001, help="checkpoint scale (default 0.001: 1.64 GB)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--workload", default=WORKLOAD, help=f"workload (default: {WORKLOAD}, 8 ranks, 536 files)")
     parser.add_argument("--before", type=Path, default=None, help="another source tree to run side by side")
     parser.add_argument("--direct-engine", action="store_true", help="also the stream-direct engine (row direct)")
     parser.add_argument("--dlio", default=shutil.which("dlio_benchmark"), help="DLIO v2.0.0's dlio_benchmark")
@@ -360,11 +362,15 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     reference = next(iter(tools))
     print(f"row {args.row}: {what}, {args.rounds} rounds on {work.parent}, order rotating, cache dropped before each")
-    print(f"  {'tool':28} {'GB/s min / median / max':>24} {'ratio to ' + reference:>30} {'CPU s/GB':>9}")
+    header = f"  {'tool':28} {'GB/s min / median / max':>24} {'ratio to ' + reference:>30} {'CPU s/GB':>9}"
+    print(header + f" {'CPU s/GB / ' + reference + ', min / median / max':>44}")
     for name, values in results.items():
-        ratios = [v.GBps / ref.GBps for v, ref in zip(values, results[reference], strict=True)]
+        pairs = list(zip(values, results[reference], strict=True))
+        ratios = [v.GBps / ref.GBps for v, ref in pairs]
+        cpu_ratios = [v.cpu_s / v.bytes / (ref.cpu_s / ref.bytes) for v, ref in pairs]  # per round, same bytes' CPU
         cpu = statistics.median(v.cpu_s / (v.bytes / 1e9) for v in values)
-        print(f"  {name:28} {spread([v.GBps for v in values]):>24} {spread(ratios):>30} {cpu:9.2f}")
+        line = f"  {name:28} {spread([v.GBps for v in values]):>24} {spread(ratios):>30} {cpu:9.2f}"
+        print(line + f" {spread(cpu_ratios):>44}")
 
 
 if __name__ == "__main__":

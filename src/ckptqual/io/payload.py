@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 
+from ckptqual.io import keystream, lanes
+
 BLOCK_BYTES = 4096
 HEADER_BYTES = 32
 MAGIC = 0x32514B43  # b"CKQ2" little-endian
@@ -29,7 +31,6 @@ MIN_ZERO_RUN_BYTES = 16  # a shorter run of zeros is a corrupted value, not a ze
 
 _AES_BYTES = 16
 _COUNTERS_PER_BLOCK = BLOCK_BYTES // _AES_BYTES
-_ZEROS = np.zeros(1 << 20, dtype=np.uint8)  # keystream = AES-CTR over zeros, fed from this in 1 MiB pieces
 # Up to this many bytes, the keystream is AES-ECB over the counter blocks under one reused context (the same bytes
 # as CTR mode): a CTR context per call costs more than the AES of a small piece.
 COUNTER_BLOCKS_MAX_BYTES = 64 << 10
@@ -114,9 +115,8 @@ class PayloadGenerator:
     def __init__(self, seed: int) -> None:
         _check_field("seed", seed)
         self.seed = seed
-        self._algorithm = algorithms.AES(
-            hashlib.blake2b(struct.pack("<I", seed), digest_size=16, person=b"ckptqual-key").digest()
-        )
+        self._key = hashlib.blake2b(struct.pack("<I", seed), digest_size=16, person=b"ckptqual-key").digest()
+        self._algorithm = algorithms.AES(self._key)
         self._contexts = threading.local()  # this thread's reused ECB context for the counter blocks
 
     def fill(self, out: np.ndarray, checkpoint: int, rank: int, file: int, tensor: int, offset: int) -> None:
@@ -162,10 +162,12 @@ class PayloadGenerator:
             out[:] = np.frombuffer(self._contexts.ecb.update(counters.view(np.uint8)), dtype=np.uint8, count=out.nbytes)
             return
         counter = stream << 64 | first_counter
-        keystream = Cipher(self._algorithm, modes.CTR(counter.to_bytes(16, "big"))).encryptor()
-        for start in range(0, out.nbytes, _ZEROS.nbytes):
-            piece = out[start : start + _ZEROS.nbytes]
-            keystream.update_into(_ZEROS[: piece.nbytes], piece)
+
+        def piece(start: int, stop: int) -> None:
+            keystream.fill(self._key, counter + start // _AES_BYTES, out[start:stop])
+
+        shared = lanes.shared()
+        shared.map(piece, shared.pieces(out.nbytes, BLOCK_BYTES) if keystream.RELEASES_GIL else [(0, out.nbytes)])
 
     def fill_padding(self, out: np.ndarray, checkpoint: int, rank: int, file: int, tensor: int) -> None:
         """Write the keystream of the alignment padding before tensor `tensor`'s data into `out` (contiguous uint8).
@@ -193,10 +195,19 @@ class PayloadGenerator:
 
 
 def _equal(a: np.ndarray, b: np.ndarray) -> bool:
-    """Byte equality of two equally long arrays: memcmp where both are contiguous (twice numpy's speed)."""
-    if a.flags.c_contiguous and b.flags.c_contiguous:
-        return _memcmp(a.ctypes.data, b.ctypes.data, a.nbytes) == 0
-    return bool(np.array_equal(a, b))
+    """Byte equality of two equally long arrays: memcmp where both are contiguous (twice numpy's speed), its
+    pieces spread over this process's lanes."""
+    if not (a.flags.c_contiguous and b.flags.c_contiguous):
+        return bool(np.array_equal(a, b))
+    differs: list[int] = []
+
+    def compare(start: int, stop: int) -> None:
+        if _memcmp(a.ctypes.data + start, b.ctypes.data + start, stop - start):
+            differs.append(start)
+
+    shared = lanes.shared()
+    shared.map(compare, shared.pieces(a.nbytes, BLOCK_BYTES))
+    return not differs
 
 
 @dataclass(frozen=True)

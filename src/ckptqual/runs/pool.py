@@ -21,6 +21,7 @@ from ckptqual.host.beneath import RunRoot
 from ckptqual.host.cpu import HostSampler
 from ckptqual.io.engines import make_engine
 from ckptqual.io.engines.base import DEFAULT_CHUNK_BYTES
+from ckptqual.io.lanes import share_of
 from ckptqual.plan.model import RankPlan
 from ckptqual.runs.failure import RankFailure, failure_of
 from ckptqual.runs.processes import death, end_processes, late_reason, process_state
@@ -91,7 +92,8 @@ class Pool(ABC):
 class RankPool(Pool):
     """A fixed set of rank processes that write checkpoints on command; `sampler` watches the host meanwhile (its
     device: the drive the ranks write to, where known); `root`: the run directory every task's entries are reached
-    from (without one, each task's from the deepest existing directory above its own)."""
+    from (without one, each task's from the deepest existing directory above its own); `lanes`: the threads each rank
+    may use (default: its share of this host's usable cores)."""
 
     def __init__(
         self,
@@ -101,6 +103,7 @@ class RankPool(Pool):
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         sampler: HostSampler | None = None,
         root: RunRoot | None = None,
+        lanes: int | None = None,
     ) -> None:
         self.ranks, self.seed, self.timeout_s, self.root = ranks, seed, timeout_s, root
         self.sampler = sampler or HostSampler()
@@ -116,7 +119,7 @@ class RankPool(Pool):
             parent, child = context.Pipe()
             proc = context.Process(
                 target=serve,
-                args=(rank, seed, chunk_bytes, child, self._barrier),
+                args=(rank, seed, chunk_bytes, lanes or share_of(ranks), child, self._barrier),
                 name=f"ckptqual-rank{rank}",
                 daemon=True,
             )

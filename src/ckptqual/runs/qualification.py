@@ -20,10 +20,12 @@ from ckptqual.config.run_settings import RunSettings
 from ckptqual.faults import RunError, fault_of_errno, os_error_line
 from ckptqual.host import device_bytes, health
 from ckptqual.host.beneath import PlantedEntry, RunTree
-from ckptqual.host.cpu import HostSampler
+from ckptqual.host.cpu import HostSampler, usable_cores
 from ckptqual.host.sampler import Sampler, physical_devices
 from ckptqual.host.space import RunSpace
 from ckptqual.host.target import DriveIdentity, Target, identify, open_target
+from ckptqual.io.lanes import share_of
+from ckptqual.limits.ceiling import drive_share
 from ckptqual.limits.health import check_health
 from ckptqual.limits.judgement import Judgement, judge
 from ckptqual.limits.measurements import MEASUREMENTS, Taken, field, in_recorded_unit, taken_at
@@ -109,7 +111,10 @@ class Qualification:
         if settings.nodes > 1:
             args = (settings.controller, settings.nodes, ranks, settings.seed, self.run_dir, settings.secret_file)
             return NodePool(*args, settings.rank_timeout_s, sampler=sampler)
-        return RankPool(ranks, settings.seed, settings.rank_timeout_s, sampler=sampler, root=self.tree.reference)
+        lanes = share_of(ranks, drive_share(usable_cores(), settings.drives_at_once))
+        return RankPool(
+            ranks, settings.seed, settings.rank_timeout_s, sampler=sampler, root=self.tree.reference, lanes=lanes
+        )
 
     def declare(self, pattern: str, files: list[str]) -> None:
         """Records files the run is about to write (relative to the directories matching `pattern`)."""

@@ -16,6 +16,7 @@ from typing import Any
 from ckptqual.faults import RunError, fault_of_errno, os_error_line
 from ckptqual.host.beneath import PlantedEntry
 from ckptqual.io.engines.base import IntegrityError, RankIO
+from ckptqual.io.lanes import use as use_lanes
 from ckptqual.io.payload import PayloadGenerator
 from ckptqual.runs import raw, restore, save
 from ckptqual.runs.task import Task
@@ -33,9 +34,11 @@ OPERATIONS = tuple(_OPERATIONS)  # the operations a task may name
 _AFTER_TIMING: dict[str, Callable[[RankIO, Task], dict[str, Any]]] = {"read": restore.load_sample}
 
 
-def serve(rank: int, seed: int, chunk_bytes: int, conn: Connection, barrier: Any) -> None:
-    """A rank's loop: wait for a task, meet the others at the barrier, do it, report; ends with its parent."""
+def serve(rank: int, seed: int, chunk_bytes: int, lanes: int, conn: Connection, barrier: Any) -> None:
+    """A rank's loop: wait for a task, meet the others at the barrier, do it, report; ends with its parent. `lanes`:
+    the threads the rank may use (its share of the host's cores)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
+    use_lanes(lanes)
     threading.Thread(target=_end_with, args=(os.getppid(),), name="ckptqual-parent-watch", daemon=True).start()
     io = RankIO(PayloadGenerator(seed), rank=rank, chunk_bytes=chunk_bytes)
     with contextlib.suppress(EOFError, OSError):  # the parent is gone: nothing left to report to

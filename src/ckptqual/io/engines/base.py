@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from ckptqual.host.beneath import RunTree
+from ckptqual.io import lanes
 from ckptqual.io.payload import Mismatch, PayloadGenerator, find_mismatches
 from ckptqual.plan.model import FilePlan
 
@@ -42,34 +43,47 @@ class RankIO:
 
     def __post_init__(self) -> None:
         self.buffer = np.empty(self.chunk_bytes, dtype=np.uint8)
+        self._spare = np.empty(0, dtype=np.uint8)
         self._expected = np.empty(0, dtype=np.uint8)
 
+    def spare_buffer(self) -> np.ndarray:
+        """A second buffer as large as `buffer` (made on first use), for a read ahead while `buffer` is checked."""
+        if self._spare.nbytes < self.chunk_bytes:
+            self._spare = np.empty(self.chunk_bytes, dtype=np.uint8)
+        return self._spare
+
+    @contextmanager
+    def payload_time(self) -> Iterator[None]:
+        """Counts the CPU time of the block as payload time: this thread's and that of the lanes' helpers (not wall
+        time: ranks share cores)."""
+        shared = lanes.shared()
+        start = time.thread_time() + shared.helper_cpu_s
+        try:
+            yield
+        finally:
+            self.payload_cpu_s += time.thread_time() + shared.helper_cpu_s - start
+
     def generate(self, out: np.ndarray, file: int, tensor: int, offset: int) -> None:
-        """Fills `out` with this rank's payload and counts the CPU time it took (not wall time: ranks share cores)."""
-        start = time.thread_time()
-        self.generator.fill(out, self.checkpoint, self.rank, file, tensor, offset)
-        self.payload_cpu_s += time.thread_time() - start
+        """Fills `out` with this rank's payload; CPU time counted."""
+        with self.payload_time():
+            self.generator.fill(out, self.checkpoint, self.rank, file, tensor, offset)
         self.generated_bytes += out.nbytes
 
     def padding(self, size: int, file: int, tensor: int) -> bytes:
         """The `size` bytes of keystream that pad the file before tensor `tensor`'s data; CPU time counted."""
-        start = time.thread_time()
-        out = np.empty(size, dtype=np.uint8)
-        self.generator.fill_padding(out, self.checkpoint, self.rank, file, tensor)
-        self.payload_cpu_s += time.thread_time() - start
-        return out.tobytes()
+        with self.payload_time():
+            out = np.empty(size, dtype=np.uint8)
+            self.generator.fill_padding(out, self.checkpoint, self.rank, file, tensor)
+            return out.tobytes()
 
     def verify(self, data: np.ndarray, file: int, tensor: int, offset: int) -> list[Mismatch]:
         """The blocks of `data` (tensor bytes from `offset`) that differ from this rank's payload; CPU time counted."""
-        start = time.thread_time()
-        if self._expected.nbytes < data.nbytes:  # grows to the largest piece checked, then is reused
-            self._expected = np.empty(max(data.nbytes, self.chunk_bytes), dtype=np.uint8)
-        try:
+        with self.payload_time():
+            if self._expected.nbytes < data.nbytes:  # grows to the largest piece checked, then is reused
+                self._expected = np.empty(max(data.nbytes, self.chunk_bytes), dtype=np.uint8)
             return find_mismatches(
                 self.generator, data, self.checkpoint, self.rank, file, tensor, offset, scratch=self._expected
             )
-        finally:
-            self.payload_cpu_s += time.thread_time() - start
 
     def open(self, path: Path, flags: int) -> int:
         """A descriptor of the file `path` (new where `flags` hold O_CREAT | O_EXCL), reached without following a

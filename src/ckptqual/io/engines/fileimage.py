@@ -1,16 +1,21 @@
 """A window onto a file being written: bytes are placed in one reused, page-aligned buffer at their file offsets
 and written out in whole 4 KiB blocks, so that a file's many small records cost one write() and the payload is
 generated in place. With `direct`, the file is opened O_DIRECT and every write is aligned in offset, length and
-memory, as a direct-I/O (or GDS) checkpoint writer's is."""
+memory, as a direct-I/O (or GDS) checkpoint writer's is. Given a spare window and lanes with a helper, a full
+window is written behind, on the helper, while the payload is generated into the other."""
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
+
+from ckptqual.io.lanes import Lanes
 
 BLOCK = 4096
 
@@ -22,13 +27,24 @@ def aligned_buffer(size: int) -> np.ndarray:
 
 class FileImage:
     """Writes one new file through `window` (page-aligned, a multiple of BLOCK, at least two blocks); `open_file(path,
-    flags)` opens it (RankIO.open: never through a symlink)."""
+    flags)` opens it (RankIO.open: never through a symlink). `behind`: a spare window like `window` and the lanes
+    whose helper writes one window while the other fills (one write in flight at a time; its error is raised by
+    the next write, patch or close)."""
 
     def __init__(
-        self, path: Path, window: np.ndarray, open_file: Callable[[Path, int], int], direct: bool = False
+        self,
+        path: Path,
+        window: np.ndarray,
+        open_file: Callable[[Path, int], int],
+        direct: bool = False,
+        behind: tuple[np.ndarray, Lanes] | None = None,
     ) -> None:
-        if window.nbytes % BLOCK or window.nbytes < 2 * BLOCK:
-            raise ValueError(f"window of {window.nbytes} bytes: must be a multiple of {BLOCK}, at least {2 * BLOCK}")
+        for buffer in (window, *(behind[:1] if behind else ())):
+            if buffer.nbytes % BLOCK or buffer.nbytes < 2 * BLOCK or buffer.nbytes != window.nbytes:
+                raise ValueError(
+                    f"window of {buffer.nbytes} bytes: must be a multiple of {BLOCK}, at least {2 * BLOCK}, and both "
+                    "windows alike"
+                )
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | (os.O_DIRECT if direct else 0)
         try:
             self.fd = open_file(path, flags)
@@ -39,6 +55,8 @@ class FileImage:
                 ) from None
             raise
         self.window, self.direct = window, direct
+        self._behind = behind if behind is not None and behind[1].count > 1 else None
+        self._in_flight: Future | None = None
         self.base = 0  # file offset of window[0]; a multiple of BLOCK
         self.fill = 0  # bytes placed in the window
         self._pinned: tuple[int, bytes] = (0, b"")  # (offset, bytes before it in its block) of what `patch` replaces
@@ -84,7 +102,9 @@ class FileImage:
             raise ValueError(f"patch at {offset} of {len(data)} bytes must end on a {BLOCK}-byte boundary")
         if offset >= self.base:
             self.window[offset - self.base : offset - self.base + len(data)] = np.frombuffer(data, dtype=np.uint8)
-        elif not self.direct:
+            return
+        self._settle()  # the bytes replaced may be in the write in flight
+        if not self.direct:
             os.pwrite(self.fd, data, offset)
         else:  # rewrite whole blocks: direct I/O writes no less; those from `base` on are still in the window
             blocks = aligned_buffer(len(before) + len(data))
@@ -96,12 +116,27 @@ class FileImage:
                 self.window[:rest] = blocks[written : written + rest]
 
     def _flush(self) -> None:
-        """Writes out the window's whole blocks and keeps the rest (under a block) at its start."""
+        """Writes out the window's whole blocks (behind, where it can) and keeps the rest (under a block) at the
+        start of the window that fills next."""
         whole = self.fill // BLOCK * BLOCK
-        self._pwrite(self.window[:whole], self.base)
         rest = self.fill - whole
-        self.window[:rest] = self.window[whole : self.fill]
+        if self._behind is None:
+            self._pwrite(self.window[:whole], self.base)
+            self.window[:rest] = self.window[whole : self.fill]
+        else:
+            self._settle()  # the spare window's write is done: it may fill again
+            spare, helpers = self._behind
+            full, self.window = self.window, spare
+            self._behind = (full, helpers)
+            self.window[:rest] = full[whole : self.fill]
+            self._in_flight = helpers.submit(self._pwrite, full[:whole], self.base)
         self.base, self.fill = self.base + whole, rest
+
+    def _settle(self) -> None:
+        """Waits for the write in flight; raises its error."""
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            in_flight.result()
 
     def _pwrite(self, data: np.ndarray, offset: int) -> None:
         view = memoryview(data)
@@ -112,6 +147,7 @@ class FileImage:
     def close(self) -> None:
         """Writes out what is left and closes; under direct I/O the last block is padded, then cut to size."""
         try:
+            self._settle()
             size = self.position
             if self.direct:
                 tail = -self.fill % BLOCK
@@ -124,7 +160,9 @@ class FileImage:
             self.abandon()
 
     def abandon(self) -> None:
-        """Closes without writing more."""
+        """Closes without writing more, once the write in flight (whose error is moot now) has ended."""
+        with contextlib.suppress(OSError):
+            self._settle()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

@@ -9,9 +9,8 @@ other damage an IntegrityError; a failed read a ReadBackError.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ckptqual.io import lanes
 from ckptqual.io.crc import crc32
 from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO
 from ckptqual.io.engines.torchread.expected import ExpectedArchive, TensorRecord, check_archive
@@ -70,12 +70,20 @@ def read_archive(file: ArchiveFile, io: RankIO) -> list[Problem]:
         if file.expected.padding_is_payload:
             check_padding(io, file, source, tensors)
 
-        def chunks(tensor: TensorRecord) -> Chunks:
-            record = tensor.record
-            for offset in range(0, record.size, io.chunk_bytes):
-                yield offset, source.chunk(record.data_offset + offset, min(io.chunk_bytes, record.size - offset))
+        spans = [
+            (tensor.record.data_offset + offset, min(io.chunk_bytes, tensor.record.size - offset))
+            for tensor in tensors
+            for offset in range(0, tensor.record.size, io.chunk_bytes)
+        ]
+        helpers = lanes.shared()
+        ahead = (io.spare_buffer(), helpers) if helpers.count > 1 and source.size > io.chunk_bytes else None
+        with closing(source.chunks(spans, ahead)) as pieces:
 
-        return check_tensors(io, file, tensors, chunks)
+            def chunks(tensor: TensorRecord) -> Chunks:
+                for offset in range(0, tensor.record.size, io.chunk_bytes):
+                    yield offset, next(pieces)
+
+            return check_tensors(io, file, tensors, chunks)
 
 
 def check_padding(io: RankIO, file: ArchiveFile, source: FileSource, tensors: list[TensorRecord]) -> None:
@@ -115,9 +123,8 @@ def _check_tensor(io: RankIO, file: ArchiveFile, tensor: TensorRecord, chunks: C
     crc = 0
     problems: list[Problem] = []
     for offset, chunk in chunks:
-        start = time.thread_time()
-        crc = crc32(chunk, crc)
-        io.payload_cpu_s += time.thread_time() - start
+        with io.payload_time():
+            crc = crc32(chunk, crc)
         found = io.verify(chunk, file.index, tensor.index, offset)
         problems += [Problem(file.label, tensor.spec.name, tensor.record.data_offset + m.offset, m) for m in found]
         if len(problems) >= room:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 
 from ckptqual.io.engines.base import IntegrityError, ReadBackError
+from ckptqual.io.lanes import Lanes
 
 
 class FileSource:
@@ -36,6 +38,35 @@ class FileSource:
         chunk = self._buffer[:length]
         pread_exactly(self._fd, chunk, offset, self._label)
         return chunk
+
+    def chunks(self, spans: Iterable[tuple[int, int]], ahead: tuple[np.ndarray, Lanes] | None) -> Iterator[np.ndarray]:
+        """The bytes of each (offset, length) span in turn, each a view valid until the next. `ahead`: a spare
+        buffer like `buffer` and lanes whose helper reads the next span into one while the other is checked."""
+        if ahead is None or ahead[1].count == 1 or self._whole is not None:
+            for offset, length in spans:
+                yield self.chunk(offset, length)
+            return
+        spare, helpers = ahead
+        buffers = (self._buffer, spare[: self._buffer.nbytes])
+        pending = iter(spans)
+        nxt = next(pending, None)
+        in_flight = None
+        turn = 0
+        try:
+            if nxt is not None:
+                in_flight = helpers.submit(pread_exactly, self._fd, buffers[turn][: nxt[1]], nxt[0], self._label)
+            while nxt is not None:
+                length = nxt[1]
+                in_flight.result()  # raises the read's error
+                ready, in_flight = buffers[turn][:length], None
+                nxt, turn = next(pending, None), 1 - turn
+                if nxt is not None:
+                    chunk = buffers[turn][: nxt[1]]
+                    in_flight = helpers.submit(pread_exactly, self._fd, chunk, nxt[0], self._label)
+                yield ready
+        finally:  # stopped early or failed: the read in flight must end before its buffer or descriptor is reused
+            if in_flight is not None:
+                in_flight.exception()
 
 
 def pread_exactly(fd: int, chunk: np.ndarray, file_offset: int, path: Path | str) -> None:

@@ -1,0 +1,78 @@
+"""AES-128-CTR keystream into a buffer, through OpenSSL's libcrypto called with ctypes, which releases the GIL for
+the call, so that a rank's lanes make keystream on several cores at once; `cryptography` (the same OpenSSL, but
+holding the GIL) where libcrypto cannot be loaded. Both give the same bytes."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+
+import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+_ZEROS = np.zeros(1 << 20, dtype=np.uint8)  # CTR keystream is AES-CTR over zeros, fed from here in 1 MiB pieces
+_ZEROS.flags.writeable = False
+_COUNTERS = 1 << 128
+
+
+def _load_libcrypto() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("crypto")
+    try:
+        lib = ctypes.CDLL(name or "libcrypto.so.3")
+        lib.EVP_aes_128_ctr.restype = ctypes.c_void_p
+        lib.EVP_CIPHER_CTX_new.restype = ctypes.c_void_p
+        lib.EVP_EncryptInit_ex.argtypes = (ctypes.c_void_p,) * 5
+        lib.EVP_EncryptUpdate.argtypes = (
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_void_p,
+            ctypes.c_int,
+        )
+        lib.EVP_CIPHER_CTX_free.argtypes = (ctypes.c_void_p,)
+        lib.EVP_CIPHER_CTX_free.restype = None
+        return lib
+    except (OSError, AttributeError):
+        return None
+
+
+_libcrypto = _load_libcrypto()
+IMPLEMENTATION = "libcrypto (ctypes)" if _libcrypto is not None else "cryptography"
+RELEASES_GIL = _libcrypto is not None
+_contexts = threading.local()  # each thread's EVP context, reinitialised per call
+
+
+def fill(key: bytes, counter: int, out: np.ndarray) -> None:
+    """AES-128-CTR keystream under `key` from the 128-bit big-endian `counter` into `out` (contiguous uint8)."""
+    iv = (counter % _COUNTERS).to_bytes(16, "big")
+    if _libcrypto is None:
+        encryptor = Cipher(algorithms.AES(key), modes.CTR(iv)).encryptor()
+        for start in range(0, out.nbytes, _ZEROS.nbytes):
+            piece = out[start : start + _ZEROS.nbytes]
+            encryptor.update_into(_ZEROS[: piece.nbytes], piece)
+        return
+    context = getattr(_contexts, "ctx", None)
+    if context is None:
+        context = _contexts.ctx = _Context()
+    if _libcrypto.EVP_EncryptInit_ex(context.handle, _libcrypto.EVP_aes_128_ctr(), None, key, iv) != 1:
+        raise RuntimeError("libcrypto: EVP_EncryptInit_ex failed for AES-128-CTR")
+    written = ctypes.c_int()
+    base, zeros = out.ctypes.data, _ZEROS.ctypes.data
+    for start in range(0, out.nbytes, _ZEROS.nbytes):
+        length = min(_ZEROS.nbytes, out.nbytes - start)
+        if _libcrypto.EVP_EncryptUpdate(context.handle, base + start, ctypes.byref(written), zeros, length) != 1:
+            raise RuntimeError("libcrypto: EVP_EncryptUpdate failed")
+
+
+class _Context:
+    """One thread's EVP_CIPHER_CTX, freed with the thread."""
+
+    def __init__(self) -> None:
+        self.handle = _libcrypto.EVP_CIPHER_CTX_new()
+        if not self.handle:
+            raise MemoryError("libcrypto: EVP_CIPHER_CTX_new returned NULL")
+
+    def __del__(self) -> None:
+        if _libcrypto is not None and self.handle:
+            _libcrypto.EVP_CIPHER_CTX_free(self.handle)
