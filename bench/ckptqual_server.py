@@ -19,7 +19,11 @@ from pathlib import Path
 from benchutil import cpu_seconds
 
 from ckptqual.plan.workloads import load_workload
-from ckptqual.runs.pool import RankPool
+
+try:
+    from ckptqual.runs.pool import RankPool
+except ImportError:  # a tree from before the pool had a module of its own (--before)
+    from ckptqual.runs.ranks import RankPool
 
 RANKS = 8
 

@@ -16,11 +16,16 @@ _ZEROS.flags.writeable = False
 _COUNTERS = 1 << 128
 
 
-def _load_libcrypto() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("crypto")
+def _load_libcrypto() -> tuple[ctypes.CDLL, int] | tuple[None, None]:
+    """libcrypto with the prototypes used here, and its AES-128-CTR cipher fetched once (OpenSSL 3; without the
+    fetch every EVP_EncryptInit_ex would look the cipher up again); (None, None) where either is missing."""
     try:
-        lib = ctypes.CDLL(name or "libcrypto.so.3")
-        lib.EVP_aes_128_ctr.restype = ctypes.c_void_p
+        try:
+            lib = ctypes.CDLL("libcrypto.so.3")
+        except OSError:  # another soname: ask the linker cache
+            lib = ctypes.CDLL(ctypes.util.find_library("crypto") or "libcrypto.so")
+        lib.EVP_CIPHER_fetch.restype = ctypes.c_void_p
+        lib.EVP_CIPHER_fetch.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
         lib.EVP_CIPHER_CTX_new.restype = ctypes.c_void_p
         lib.EVP_EncryptInit_ex.argtypes = (ctypes.c_void_p,) * 5
         lib.EVP_EncryptUpdate.argtypes = (
@@ -32,12 +37,13 @@ def _load_libcrypto() -> ctypes.CDLL | None:
         )
         lib.EVP_CIPHER_CTX_free.argtypes = (ctypes.c_void_p,)
         lib.EVP_CIPHER_CTX_free.restype = None
-        return lib
+        cipher = lib.EVP_CIPHER_fetch(None, b"AES-128-CTR", None)
     except (OSError, AttributeError):
-        return None
+        return None, None
+    return (lib, cipher) if cipher else (None, None)
 
 
-_libcrypto = _load_libcrypto()
+_libcrypto, _CIPHER = _load_libcrypto()
 IMPLEMENTATION = "libcrypto (ctypes)" if _libcrypto is not None else "cryptography"
 RELEASES_GIL = _libcrypto is not None
 _contexts = threading.local()  # each thread's EVP context, reinitialised per call
@@ -55,7 +61,7 @@ def fill(key: bytes, counter: int, out: np.ndarray) -> None:
     context = getattr(_contexts, "ctx", None)
     if context is None:
         context = _contexts.ctx = _Context()
-    if _libcrypto.EVP_EncryptInit_ex(context.handle, _libcrypto.EVP_aes_128_ctr(), None, key, iv) != 1:
+    if _libcrypto.EVP_EncryptInit_ex(context.handle, _CIPHER, None, key, iv) != 1:
         raise RuntimeError("libcrypto: EVP_EncryptInit_ex failed for AES-128-CTR")
     written = ctypes.c_int()
     base, zeros = out.ctypes.data, _ZEROS.ctypes.data

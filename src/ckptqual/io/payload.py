@@ -35,6 +35,9 @@ _COUNTERS_PER_BLOCK = BLOCK_BYTES // _AES_BYTES
 # as CTR mode): a CTR context per call costs more than the AES of a small piece.
 COUNTER_BLOCKS_MAX_BYTES = 64 << 10
 _XOR_AS_INTEGER_MAX_BYTES = 512
+# A verified read makes and compares the expected bytes this much at a time, so that they are compared while in
+# cache; no larger than a lane's smallest piece, so that making one step never spreads over the lanes again.
+VERIFY_STEP_BYTES = lanes.MIN_PIECE_BYTES
 _header_contexts = threading.local()  # cipher contexts are not shared between threads
 _memcmp = ctypes.CDLL(None).memcmp
 _memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
@@ -194,19 +197,28 @@ class PayloadGenerator:
         return out
 
 
-def _equal(a: np.ndarray, b: np.ndarray) -> bool:
-    """Byte equality of two equally long arrays: memcmp where both are contiguous (twice numpy's speed), its
-    pieces spread over this process's lanes."""
-    if not (a.flags.c_contiguous and b.flags.c_contiguous):
-        return bool(np.array_equal(a, b))
+def _is_payload(
+    generator: PayloadGenerator, data: np.ndarray, expected: np.ndarray, ids: tuple[int, int, int, int], offset: int
+) -> bool:
+    """Whether `data` holds the payload of (checkpoint, rank, file, tensor) `ids` from `offset`. Each lane takes a
+    piece and makes its expected bytes into `expected` a step at a time, comparing each step (memcmp) while it is
+    still in the CPU's cache; a piece stops at its first difference."""
+    if not data.flags.c_contiguous:
+        generator.fill(expected, *ids, offset)
+        return bool(np.array_equal(data, expected))
+    found_at, wanted_at = data.ctypes.data, expected.ctypes.data
     differs: list[int] = []
 
-    def compare(start: int, stop: int) -> None:
-        if _memcmp(a.ctypes.data + start, b.ctypes.data + start, stop - start):
-            differs.append(start)
+    def check(start: int, stop: int) -> None:
+        for step in range(start, stop, VERIFY_STEP_BYTES):
+            end = min(step + VERIFY_STEP_BYTES, stop)
+            generator.fill(expected[step:end], *ids, offset + step)  # one step: made on this lane alone
+            if _memcmp(found_at + step, wanted_at + step, end - step):
+                differs.append(step)
+                return
 
     shared = lanes.shared()
-    shared.map(compare, shared.pieces(a.nbytes, BLOCK_BYTES))
+    shared.map(check, shared.pieces(data.nbytes, BLOCK_BYTES))
     return not differs
 
 
@@ -303,13 +315,10 @@ def find_mismatches(
 
     `scratch` (uint8, at least as large as `data`) is reused for the expected bytes instead of a fresh buffer.
     """
-    if scratch is None:
-        expected = generator.expected(data.nbytes, checkpoint, rank, file, tensor, offset)
-    else:
-        expected = scratch[: data.nbytes]
-        generator.fill(expected, checkpoint, rank, file, tensor, offset)
-    if _equal(data, expected):
+    expected = np.empty(data.nbytes, dtype=np.uint8) if scratch is None else scratch[: data.nbytes]
+    if _is_payload(generator, data, expected, (checkpoint, rank, file, tensor), offset):
         return []
+    generator.fill(expected, checkpoint, rank, file, tensor, offset)  # all of it, for the account block by block
     bad: list[Mismatch] = []
     for start in range(0, data.nbytes, BLOCK_BYTES):
         found = data[start : start + BLOCK_BYTES]
