@@ -17,7 +17,9 @@ from ckptqual.io.engines.base import RankIO, ReadBackError
 from ckptqual.io.engines.fileimage import BLOCK, FileImage, aligned_buffer
 from ckptqual.io.engines.torchread.source import FileSource
 from ckptqual.io.payload import BLOCK_BYTES, PayloadGenerator, find_mismatches
-from ckptqual.plan.model import FilePlan, TensorSpec
+from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
+from ckptqual.runs.failure import RankFailure
+from ckptqual.runs.pool import RankPool
 
 KEY = bytes(range(16))
 # Several 1 MiB windows per tensor, odd sizes and an empty tensor: every window boundary and tail is crossed.
@@ -193,3 +195,20 @@ def test_read_ahead_raises_a_failed_read_with_its_offset(tmp_path, two_lanes):
             next(pieces)
     finally:
         os.close(fd)
+
+
+def test_ranks_with_two_lanes_write_restore_and_find_a_damaged_block(tmp_path):
+    plan = (RankPlan(0, (MULTI_WINDOW,)),)
+    directory = tmp_path / "checkpoint"
+    with RankPool(1, seed=9, timeout_s=120, chunk_bytes=1 << 20, lanes=2) as pool:
+        written = pool.write_checkpoint(directory, 3, plan, "stream")
+        assert written.bytes == MULTI_WINDOW.nbytes
+        assert pool.run("read", directory, plan, "restore", 3, {"engine": "stream"}).bytes == MULTI_WINDOW.nbytes
+        path = directory / MULTI_WINDOW.path
+        with open(path, "r+b") as file:  # a byte deep in wqkv, in a span the rank reads ahead
+            file.seek(3 << 20)
+            byte = file.read(1)
+            file.seek(3 << 20)
+            file.write(bytes([byte[0] ^ 0xFF]))
+        with pytest.raises(RankFailure, match=rf"tensor 'wqkv' at file offset {3 << 20} "):
+            pool.run("read", directory, plan, "restore", 3, {"engine": "stream"})
