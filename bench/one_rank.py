@@ -23,7 +23,13 @@ from benchutil import drop_caches, spread
 from ckptqual.plan.workloads import load_workload
 from ckptqual.runs.pool import RankPool
 
-CPU_SETS = ("0", "0,1")
+
+def cpu_sets() -> dict[str, str]:
+    """taskset's lists of this process's first one and first two usable CPUs, by label."""
+    usable = sorted(os.sched_getaffinity(0))
+    if len(usable) < 2:
+        sys.exit("one_rank: needs 2 CPUs to compare one core with two")
+    return {"1": str(usable[0]), "2": f"{usable[0]},{usable[1]}"}
 
 
 def one_round(target: Path, workload: str, scale: float) -> dict[str, float]:
@@ -57,32 +63,32 @@ def main() -> None:
     if args.round:
         print(json.dumps(one_round(args.target or Path(tempfile.gettempdir()), args.workload, args.scale)))
         return
-    if len(os.sched_getaffinity(0)) < 2:
-        sys.exit("one_rank: needs 2 CPUs to compare one core with two")
-    figures: dict[str, list[dict[str, float]]] = {cpus: [] for cpus in CPU_SETS}
+    sets = cpu_sets()
+    figures: dict[str, list[dict[str, float]]] = {label: [] for label in sets}
     for number in range(args.rounds):
-        for cpus in CPU_SETS if number % 2 == 0 else CPU_SETS[::-1]:
-            command = ["taskset", "-c", cpus, sys.executable, __file__, "--round", "--workload", args.workload]
+        for label in list(sets) if number % 2 == 0 else list(sets)[::-1]:
+            command = ["taskset", "-c", sets[label], sys.executable, __file__, "--round", "--workload", args.workload]
             command += ["--scale", str(args.scale)] + (["--target", str(args.target)] if args.target else [])
             done = subprocess.run(command, check=True, capture_output=True, text=True)
-            figures[cpus].append(json.loads(done.stdout.splitlines()[-1]))
+            figures[label].append(json.loads(done.stdout.splitlines()[-1]))
         print(f"round {number + 1}/{args.rounds} done", flush=True)
-    nbytes = figures[CPU_SETS[0]][0]["bytes"]
+    nbytes = figures["1"][0]["bytes"]
     print(f"\nrank 0 of {args.workload} at scale {args.scale:g}: {nbytes / 1e9:.2f} GB; {args.rounds} rounds\n")
     print(
         "| phase | GB/s on 1 CPU (median) | GB/s on 2 CPUs (median) | 2 / 1, min / median / max | GB per CPU-s, 1 / 2 |"
     )
     print("|---|---|---|---|---|")
     for phase in ("write", "read"):
-        rates = {cpus: [r["bytes"] / r[f"{phase}_s"] / 1e9 for r in figures[cpus]] for cpus in CPU_SETS}
+        rates = {label: [r["bytes"] / r[f"{phase}_s"] / 1e9 for r in rounds] for label, rounds in figures.items()}
         per_cpu = {
-            cpus: statistics.median(r["bytes"] / r[f"{phase}_cpu_s"] / 1e9 for r in figures[cpus]) for cpus in CPU_SETS
+            label: statistics.median(r["bytes"] / r[f"{phase}_cpu_s"] / 1e9 for r in rounds)
+            for label, rounds in figures.items()
         }
         ratios = [two / one for one, two in zip(*rates.values(), strict=True)]
         name = "checkpoint write" if phase == "write" else "verified restore"
         print(
-            f"| {name} | {statistics.median(rates['0']):.2f} | {statistics.median(rates['0,1']):.2f} | "
-            f"{spread(ratios)} | {per_cpu['0']:.2f} / {per_cpu['0,1']:.2f} |"
+            f"| {name} | {statistics.median(rates['1']):.2f} | {statistics.median(rates['2']):.2f} | "
+            f"{spread(ratios)} | {per_cpu['1']:.2f} / {per_cpu['2']:.2f} |"
         )
 
 

@@ -11,7 +11,7 @@ Ratios are taken within a round (tool / reference of the same round) and printed
     python bench/write_rows.py --row raw          # the raw baseline writer vs fio, one file per rank
 
 `--before SRC` adds the same ckptqual tools run from another source tree (e.g. `git archive HEAD` unpacked)
-in the same rounds: before and after side by side. `--scale 0.001` is the issue's 1.6 GB checkpoint.
+in the same rounds: before and after side by side. `--scale 0.001` is the review's layout at 1.6 GB per checkpoint.
 """
 
 from __future__ import annotations
