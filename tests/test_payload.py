@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from ckptqual.io.native import payload_kernel
 from ckptqual.io.payload import (
     BLOCK_BYTES,
     COUNTER_BLOCKS_MAX_BYTES,
@@ -21,9 +22,14 @@ from ckptqual.io.payload import (
 )
 
 
-@pytest.fixture(scope="module")
-def generator():
-    return PayloadGenerator(seed=2025)
+@pytest.fixture(scope="module", params=["native", "python"])
+def generator(request):
+    """Each test runs on the native payload kernel and on the Python code; both must make the same bytes."""
+    if request.param == "native":
+        kernel, problem = payload_kernel.kernel()
+        if kernel is None:
+            pytest.skip(f"the native payload kernel is not available: {problem}")
+    return PayloadGenerator(seed=2025, native=request.param == "native")
 
 
 def test_payload_is_incompressible(generator):
@@ -248,3 +254,28 @@ def test_generation_from_many_threads_at_once_gives_the_same_bytes(generator):
         made = list(pool.map(make, range(64)))
     assert all(made[i] == made[i % 4] for i in range(64))
     assert len(set(made[:4])) == 4
+
+
+def test_the_native_kernel_and_python_make_and_judge_the_same_bytes():
+    """Random tensors, sizes (odd tails, one block, many pieces) and offsets: the same payload and padding from both,
+    and the same wrong block found in each."""
+    kernel, problem = payload_kernel.kernel()
+    if kernel is None:
+        pytest.skip(f"the native payload kernel is not available: {problem}")
+    native, python = PayloadGenerator(99), PayloadGenerator(99, native=False)
+    assert native.implementation == "native (payload.c)" and python.implementation.startswith("Python")
+    rng = np.random.default_rng(3)
+    for size in (1, 31, 33, BLOCK_BYTES + 1, 64 << 10, 70_000, (3 << 20) + 5):
+        ids = [int(x) for x in rng.integers(0, 2**32, 4)]
+        offset = int(rng.integers(0, 500)) * BLOCK_BYTES
+        made = native.expected(size, *ids, offset)
+        assert np.array_equal(made, python.expected(size, *ids, offset)), size
+        pads = [np.empty(size % 4096 + 1, np.uint8) for _ in range(2)]
+        native.fill_padding(pads[0], *ids)
+        python.fill_padding(pads[1], *ids)
+        assert np.array_equal(*pads)
+        assert find_mismatches(native, made, *ids, offset) == find_mismatches(python, made, *ids, offset) == []
+        made[size // 2] ^= 0xFF
+        found = find_mismatches(native, made, *ids, offset)
+        assert found == find_mismatches(python, made, *ids, offset)
+        assert [m.offset for m in found] == [offset + size // 2 // BLOCK_BYTES * BLOCK_BYTES]

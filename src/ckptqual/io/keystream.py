@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -44,6 +46,40 @@ def _load_libcrypto() -> tuple[ctypes.CDLL, int] | tuple[None, None]:
 
 
 _libcrypto, _CIPHER = _load_libcrypto()
+
+
+@dataclass(frozen=True)
+class EvpCalls:
+    """Addresses of libcrypto's EVP calls and AES-128 ciphers, for native code that makes keystream itself."""
+
+    ctx_new: int
+    ctx_free: int
+    encrypt_init: int
+    encrypt_update: int
+    ctr: int
+    ecb: int
+
+
+@functools.cache
+def evp_calls() -> EvpCalls | None:
+    """libcrypto's EVP calls and ciphers as addresses; None where libcrypto (or its AES-128-ECB) is not there."""
+    if _libcrypto is None:
+        return None
+    ecb = _libcrypto.EVP_CIPHER_fetch(None, b"AES-128-ECB", None)
+    if not ecb:
+        return None
+    address = [
+        ctypes.cast(function, ctypes.c_void_p).value
+        for function in (
+            _libcrypto.EVP_CIPHER_CTX_new,
+            _libcrypto.EVP_CIPHER_CTX_free,
+            _libcrypto.EVP_EncryptInit_ex,
+            _libcrypto.EVP_EncryptUpdate,
+        )
+    ]
+    return EvpCalls(*address, ctr=_CIPHER, ecb=ecb)
+
+
 IMPLEMENTATION = "libcrypto (ctypes)" if _libcrypto is not None else "cryptography"
 RELEASES_GIL = _libcrypto is not None
 _contexts = threading.local()  # each thread's EVP context, reinitialised per call

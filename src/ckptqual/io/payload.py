@@ -11,6 +11,7 @@ writer chooses repeats.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import struct
 import threading
@@ -20,6 +21,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 
 from ckptqual.io import keystream, lanes
+from ckptqual.io.native import payload_kernel
 
 BLOCK_BYTES = 4096
 HEADER_BYTES = 32
@@ -113,14 +115,18 @@ def _check_field(name: str, value: int) -> None:
 
 
 class PayloadGenerator:
-    """Makes and checks the payload of one run (one seed)."""
+    """Makes and checks the payload of one run (one seed): in native code (`payload_kernel`) where its library is
+    built, else in Python; both make the same bytes. `native=False` keeps to Python."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, native: bool = True) -> None:
         _check_field("seed", seed)
         self.seed = seed
         self._key = hashlib.blake2b(struct.pack("<I", seed), digest_size=16, person=b"ckptqual-key").digest()
         self._algorithm = algorithms.AES(self._key)
         self._contexts = threading.local()  # this thread's reused ECB context for the counter blocks
+        self._kernel, problem = payload_kernel.kernel() if native else (None, "Python asked for")
+        self._native_ids = functools.lru_cache(maxsize=1024)(self._native_id)
+        self.implementation = "native (payload.c)" if self._kernel else f"Python ({problem})"
 
     def fill(self, out: np.ndarray, checkpoint: int, rank: int, file: int, tensor: int, offset: int) -> None:
         """Write the payload of tensor bytes [offset, offset + len(out)) into `out` (contiguous uint8).
@@ -138,6 +144,16 @@ class PayloadGenerator:
         """Keystream of the blocks from block_id.offset, each under its sealed header; the last may be cut short
         (its bytes are the first bytes of the whole block: the keystream runs on and the header comes first)."""
         first_block = block_id.offset // BLOCK_BYTES
+        if self._kernel is not None:
+            native_id = self._native_ids(block_id.checkpoint, block_id.rank, block_id.file, block_id.tensor)
+            kernel = self._kernel
+
+            def piece(start: int, stop: int) -> None:
+                kernel.fill(native_id, first_block + start // BLOCK_BYTES, out[start:stop])
+
+            shared = lanes.shared()
+            shared.map(piece, shared.pieces(out.nbytes, BLOCK_BYTES))
+            return
         count = -(-out.nbytes // BLOCK_BYTES)
         self._keystream(out, self._stream_id(block_id), first_block * _COUNTERS_PER_BLOCK)
         sealed = _seal_headers(*_plain_headers(block_id, first_block, count))
@@ -181,8 +197,55 @@ class PayloadGenerator:
         for name, value in (("checkpoint", checkpoint), ("rank", rank), ("file", file), ("tensor", tensor)):
             _check_field(name, value)
         if out.nbytes:
-            block_id = BlockId(self.seed, checkpoint, rank, file, tensor, 0)
-            self._keystream(out, self._stream_id(block_id, b"ckptqual-pad"), 0)
+            stream = self._stream_id(BlockId(self.seed, checkpoint, rank, file, tensor, 0), b"ckptqual-pad")
+            if self._kernel is not None:
+                self._kernel.keystream(self._key, stream, 0, out)
+            else:
+                self._keystream(out, stream, 0)
+
+    def _native_id(self, checkpoint: int, rank: int, file: int, tensor: int) -> payload_kernel.BlockId:
+        """The kernel's description of a tensor's blocks (made once per tensor: `_native_ids`)."""
+        block_id = BlockId(self.seed, checkpoint, rank, file, tensor, 0)
+        native = payload_kernel.BlockId()
+        native.key[:] = self._key
+        native.header_key[:] = HEADER_KEY
+        native.stream = self._stream_id(block_id)
+        native.tensor_file = block_id.tensor | block_id.file << 32
+        native.rank_checkpoint = block_id.rank | block_id.checkpoint << 32
+        native.seed_magic = block_id.seed | MAGIC << 32
+        return native
+
+    def matches(self, data: np.ndarray, expected: np.ndarray, ids: tuple[int, int, int, int], offset: int) -> bool:
+        """Whether `data` holds the payload of (checkpoint, rank, file, tensor) `ids` from `offset`. Each lane takes a
+        piece and compares it with its expected bytes made a step at a time, while they are still in the CPU's
+        cache (the kernel: 64 KiB; in Python: a step into `expected`, then memcmp); a piece stops at its first
+        difference."""
+        if not data.flags.c_contiguous:
+            self.fill(expected, *ids, offset)
+            return bool(np.array_equal(data, expected))
+        differs: list[int] = []
+        first_block = offset // BLOCK_BYTES
+        if self._kernel is not None:
+            native_id, kernel = self._native_ids(*ids), self._kernel
+
+            def check(start: int, stop: int) -> None:
+                if kernel.differs_at(native_id, first_block + start // BLOCK_BYTES, data[start:stop]) is not None:
+                    differs.append(start)
+
+        else:
+            found_at, wanted_at = data.ctypes.data, expected.ctypes.data
+
+            def check(start: int, stop: int) -> None:
+                for step in range(start, stop, VERIFY_STEP_BYTES):
+                    end = min(step + VERIFY_STEP_BYTES, stop)
+                    self.fill(expected[step:end], *ids, offset + step)  # one step: made on this lane alone
+                    if _memcmp(found_at + step, wanted_at + step, end - step):
+                        differs.append(step)
+                        return
+
+        shared = lanes.shared()
+        shared.map(check, shared.pieces(data.nbytes, BLOCK_BYTES))
+        return not differs
 
     @staticmethod
     def _stream_id(block_id: BlockId, person: bytes = b"ckptqual-stream") -> int:
@@ -195,31 +258,6 @@ class PayloadGenerator:
         out = np.empty(size, dtype=np.uint8)
         self.fill(out, checkpoint, rank, file, tensor, offset)
         return out
-
-
-def _is_payload(
-    generator: PayloadGenerator, data: np.ndarray, expected: np.ndarray, ids: tuple[int, int, int, int], offset: int
-) -> bool:
-    """Whether `data` holds the payload of (checkpoint, rank, file, tensor) `ids` from `offset`. Each lane takes a
-    piece and makes its expected bytes into `expected` a step at a time, comparing each step (memcmp) while it is
-    still in the CPU's cache; a piece stops at its first difference."""
-    if not data.flags.c_contiguous:
-        generator.fill(expected, *ids, offset)
-        return bool(np.array_equal(data, expected))
-    found_at, wanted_at = data.ctypes.data, expected.ctypes.data
-    differs: list[int] = []
-
-    def check(start: int, stop: int) -> None:
-        for step in range(start, stop, VERIFY_STEP_BYTES):
-            end = min(step + VERIFY_STEP_BYTES, stop)
-            generator.fill(expected[step:end], *ids, offset + step)  # one step: made on this lane alone
-            if _memcmp(found_at + step, wanted_at + step, end - step):
-                differs.append(step)
-                return
-
-    shared = lanes.shared()
-    shared.map(check, shared.pieces(data.nbytes, BLOCK_BYTES))
-    return not differs
 
 
 @dataclass(frozen=True)
@@ -316,7 +354,7 @@ def find_mismatches(
     `scratch` (uint8, at least as large as `data`) is reused for the expected bytes instead of a fresh buffer.
     """
     expected = np.empty(data.nbytes, dtype=np.uint8) if scratch is None else scratch[: data.nbytes]
-    if _is_payload(generator, data, expected, (checkpoint, rank, file, tensor), offset):
+    if generator.matches(data, expected, (checkpoint, rank, file, tensor), offset):
         return []
     generator.fill(expected, checkpoint, rank, file, tensor, offset)  # all of it, for the account block by block
     bad: list[Mismatch] = []
