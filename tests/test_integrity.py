@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ckptqual.io.engines import make_engine
+from ckptqual.io.engines import make_engine, readback
 from ckptqual.io.engines.base import RankIO
 from ckptqual.io.payload import PayloadGenerator
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
@@ -426,3 +426,56 @@ def test_ranks_restore_an_intact_checkpoint_and_name_a_damaged_record(tmp_path, 
     ):
         pool.run("read", directory, plan.ranks, "restore of checkpoint 5", CHECKPOINT, options)
     shutil.rmtree(directory)
+
+
+# ---- the CRC a rank took as it wrote
+
+
+def written_and_read_by_one_rank(tmp_path: Path) -> tuple[Path, RankIO]:
+    """A stream checkpoint and the RankIO that wrote it, which remembers the CRC32 of every tensor it wrote."""
+    directory = tmp_path / f"checkpoint-{CHECKPOINT:05d}"
+    io = RankIO(PayloadGenerator(SEED), rank=RANK, checkpoint=CHECKPOINT, chunk_bytes=64 << 10)
+    for index, spec in enumerate(PLAN.files):
+        (directory / spec.path).parent.mkdir(parents=True, exist_ok=True)
+        make_engine("stream").write(directory / spec.path, spec, index, io)
+    return directory, io
+
+
+def test_the_rank_that_wrote_a_tensor_holds_its_stored_crc_to_the_one_it_took(tmp_path):
+    """Both stored copies of a tensor record's CRC changed alike: the writer's own CRC, not one taken again over the
+    intact bytes, names the stored value as the change."""
+    directory, io = written_and_read_by_one_rank(tmp_path)
+    path = directory / LAYER.path
+    header, _, _ = records(path)["archive/data/1"]
+    flip(path, header + 14)
+    flip(path, central_entries(path)["archive/data/1"] + 16)
+    with pytest.raises(restore.IntegrityError) as raised:
+        restore.read_checkpoint_files(io, Task("read", CHECKPOINT, str(directory), PLAN, {"engine": "stream"}))
+    message = str(raised.value)
+    assert "layer-0.pt: record archive/data/1: stored CRC32 0x" in message
+    assert "the CRC32 this rank took of the bytes it wrote there, which read back intact" in message
+
+
+def test_only_a_rank_without_the_writers_crc_takes_one_over_the_data(tmp_path, monkeypatch):
+    """The rank that wrote the tensors checks every byte and their stored CRC without a CRC pass over the data; a
+    rank that did not write them (a fresh process, another node) takes it."""
+    directory, io = written_and_read_by_one_rank(tmp_path)
+    taken: list[int] = []
+    real = readback.crc32
+    monkeypatch.setattr(readback, "crc32", lambda data, value=0: taken.append(len(data)) or real(data, value))
+    task = Task("read", CHECKPOINT, str(directory), PLAN, {"engine": "stream"})
+    assert restore.read_checkpoint_files(io, task) == PLAN.nbytes
+    assert taken == []
+    fresh = RankIO(PayloadGenerator(SEED), rank=RANK, checkpoint=CHECKPOINT, chunk_bytes=64 << 10)
+    assert restore.read_checkpoint_files(fresh, task) == PLAN.nbytes
+    assert sum(taken) == sum(t.nbytes for spec in PLAN.files for t in spec.tensors)
+
+
+def test_a_changed_tensor_byte_is_found_by_the_rank_that_wrote_it(tmp_path):
+    directory, io = written_and_read_by_one_rank(tmp_path)
+    path = directory / LAYER.path
+    _, start, _ = records(path)["archive/data/1"]
+    flip(path, start + 5000)
+    with pytest.raises(restore.IntegrityError) as raised:
+        restore.read_checkpoint_files(io, Task("read", CHECKPOINT, str(directory), PLAN, {"engine": "stream"}))
+    assert f"tensor 'w' at file offset {start + 4096}" in str(raised.value)

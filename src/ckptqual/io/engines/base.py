@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from ckptqual.plan.model import FilePlan
 
 DEFAULT_CHUNK_BYTES = 8 << 20
 MAX_REPORTED = 5  # wrong blocks named in one failure; a read stops looking after one more
+REMEMBERED_CRCS = 1 << 16  # tensors whose written CRC32 a rank keeps (a few MB), the newest ones
 
 
 @dataclass
@@ -45,6 +47,19 @@ class RankIO:
         self.buffer = np.empty(self.chunk_bytes, dtype=np.uint8)
         self._spare = np.empty(0, dtype=np.uint8)
         self._expected = np.empty(0, dtype=np.uint8)
+        self._crcs: OrderedDict[tuple[int, int, int, int], int] = OrderedDict()
+
+    def remember_crc(self, file: int, tensor: int, nbytes: int, crc: int) -> None:
+        """Keeps the CRC32 this rank took of a tensor's payload as it wrote it. The payload is a pure function of
+        seed, checkpoint, rank, file, tensor and size, so the value holds for every copy of that tensor."""
+        self._crcs[(self.checkpoint, file, tensor, nbytes)] = crc
+        self._crcs.move_to_end((self.checkpoint, file, tensor, nbytes))
+        while len(self._crcs) > REMEMBERED_CRCS:
+            self._crcs.popitem(last=False)
+
+    def written_crc(self, file: int, tensor: int, nbytes: int) -> int | None:
+        """The CRC32 this rank took of that tensor's payload when it wrote it (None: it did not, or forgot)."""
+        return self._crcs.get((self.checkpoint, file, tensor, nbytes))
 
     def spare_buffer(self) -> np.ndarray:
         """A second buffer as large as `buffer` (made on first use), for a read ahead while `buffer` is checked."""
@@ -52,16 +67,10 @@ class RankIO:
             self._spare = np.empty(self.chunk_bytes, dtype=np.uint8)
         return self._spare
 
-    @contextmanager
-    def payload_time(self) -> Iterator[None]:
+    def payload_time(self) -> _PayloadClock:
         """Counts the CPU time of the block as payload time: this thread's and that of the lanes' helpers (not wall
         time: ranks share cores)."""
-        shared = lanes.shared()
-        start = time.thread_time() + shared.helper_cpu_s
-        try:
-            yield
-        finally:
-            self.payload_cpu_s += time.thread_time() + shared.helper_cpu_s - start
+        return _PayloadClock(self)
 
     def generate(self, out: np.ndarray, file: int, tensor: int, offset: int) -> None:
         """Fills `out` with this rank's payload; CPU time counted."""
@@ -98,6 +107,21 @@ class RankIO:
         """A handle of the directory `path` (made where `create` and missing), reached as `open` reaches a file."""
         with self.tree.directory(path, create) if self.tree is not None else _own_directory(path, create) as fd:
             yield fd
+
+
+class _PayloadClock:
+    """RankIO.payload_time's block: a plain class, as it runs for every tensor and chunk."""
+
+    __slots__ = ("_io", "_start")
+
+    def __init__(self, io: RankIO) -> None:
+        self._io = io
+
+    def __enter__(self) -> None:
+        self._start = time.thread_time() + lanes.shared().helper_cpu_s
+
+    def __exit__(self, *exc: object) -> None:
+        self._io.payload_cpu_s += time.thread_time() + lanes.shared().helper_cpu_s - self._start
 
 
 @contextmanager

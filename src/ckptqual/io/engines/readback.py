@@ -117,23 +117,35 @@ def check_tensors(
 def _check_tensor(io: RankIO, file: ArchiveFile, tensor: TensorRecord, chunks: Chunks, room: int) -> list[Problem]:
     """Checks a tensor's payload and its record's CRC32 over the same chunks; stops after `room` bad blocks.
 
-    The CRC's CPU time counts as checking time (`payload_cpu_s`). A tensor with bad blocks is reported by
-    those, which say more than its CRC.
+    Where this rank wrote the tensor, the record must hold the CRC32 it took then: once every byte is proven to be
+    the payload, the CRC of the bytes read is that value, so it is not taken again. Otherwise it is taken over the
+    chunks, its CPU time counted as checking time (`payload_cpu_s`). A tensor with bad blocks is reported by those,
+    which say more than its CRC.
     """
+    written = io.written_crc(file.index, tensor.index, tensor.spec.nbytes)
     crc = 0
     problems: list[Problem] = []
     for offset, chunk in chunks:
-        with io.payload_time():
-            crc = crc32(chunk, crc)
+        if written is None:
+            with io.payload_time():
+                crc = crc32(chunk, crc)
         found = io.verify(chunk, file.index, tensor.index, offset)
         problems += [Problem(file.label, tensor.spec.name, tensor.record.data_offset + m.offset, m) for m in found]
         if len(problems) >= room:
             return problems
-    if not problems:
+    if problems:
+        return problems
+    if written is None:
         try:
             check_crc(tensor.record, crc)
         except FormatError as error:
             raise IntegrityError(f"{file.label}: {error}") from error
+    elif written != tensor.record.crc:
+        raise IntegrityError(
+            f"{file.label}: record {tensor.record.name}: stored CRC32 0x{tensor.record.crc:08x} is not "
+            f"0x{written:08x}, the CRC32 this rank took of the bytes it wrote there, which read back intact "
+            "(the stored CRC changed)"
+        )
     return problems
 
 

@@ -80,6 +80,7 @@ def write_archive(image: FileImage, spec: FilePlan, serialization_id: str, file_
             image.advance(chunk.nbytes)
             offset += chunk.nbytes
         entry.crc = crc
+        io.remember_crc(file_index, index, tensor.nbytes, crc)
         image.patch(entry.local_header())
         entries.append(entry)
     for name, data in tail_records(serialization_id).items():
