@@ -1,19 +1,25 @@
-"""What the bench scripts share: dropping the page cache between rounds, and the CPU time of worker processes.
+"""What the bench scripts share: dropping the page cache between rounds, the CPU time of worker processes, and a
+ckptqual rank pool of any source tree in a child process (`Server`, which runs bench/ckptqual_server.py).
 
 Standard library and `ckptqual.host.cache` only, so that it also serves a script run against an older ckptqual.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
+import subprocess
+import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ckptqual.host import cache
 from ckptqual.host.beneath import RunTree
 
 _TICKS = os.sysconf("SC_CLK_TCK")
+BENCH = Path(__file__).resolve().parent
 
 
 def drop_caches(paths: Iterable[Path]) -> str:
@@ -41,3 +47,44 @@ def cpu_seconds(pids: Iterable[int]) -> float:
 def spread(values: list[float]) -> str:
     """min / median / max of per-round figures."""
     return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
+
+
+@dataclass(frozen=True)
+class Result:
+    bytes: int
+    seconds: float
+    cpu_s: float
+
+    @property
+    def GBps(self) -> float:
+        return self.bytes / self.seconds / 1e9
+
+
+class Server:
+    """A ckptqual rank pool in a child process running the code of the source tree `tree` (its root or its src/;
+    None: the installed ckptqual)."""
+
+    def __init__(self, tree: Path | None) -> None:
+        env = dict(os.environ)
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree / "src" if (tree / "src" / "ckptqual").is_dir() else tree)
+        self.process = subprocess.Popen(
+            [sys.executable, str(BENCH / "ckptqual_server.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
+        self._answer()
+
+    def _answer(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            sys.exit(f"the ckptqual pool (PID {self.process.pid}) ended; see its error above")
+        return json.loads(line)
+
+    def request(self, **request: object) -> Result:
+        self.process.stdin.write((json.dumps(request, default=str) + "\n").encode())
+        self.process.stdin.flush()
+        answer = self._answer()
+        return Result(answer["bytes"], answer["seconds"], answer["cpu_s"])
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(60)

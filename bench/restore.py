@@ -10,11 +10,16 @@ For `stream` files (default) and `torch-save` files (--engine torch-save), one c
   zip directory and records, then every tensor in 8 MiB chunks from its file offset (small files in one read);
   `torch-save` calls torch.load(weights_only=True) on each file;
 - `verified`: ckptqual's restore itself (the rank pool's "read": structure, records, CRCs, pickle and every
-  payload block checked; the sampled torch.load after the timed part is not timed).
+  payload block checked; the sampled torch.load after the timed part is neither timed nor counted), by the pool
+  that wrote the checkpoint, as in a qualification run;
+- `before verified` (--before TREE): the same restore by another source tree of ckptqual (its root, e.g. an
+  earlier version unpacked with `git archive`), of a checkpoint that tree wrote, in the same rounds.
 
-Ratios are per round, as min / median / max; CPU seconds per GB are the ranks' own (user + system).
+Ratios are per round, as min / median / max, of GB/s and of CPU seconds per GB against fio's; CPU seconds are the
+ranks' own (user + system), and fio's its process's.
 
     python bench/restore.py --target /mnt/nvme0/bench --engine stream --rounds 5
+    python bench/restore.py --target /dev/shm --workload llama3-8b --scale 0.01 --before /tmp/before
     python bench/restore.py --engine torch-save --rounds 5
 """
 
@@ -24,6 +29,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -34,13 +40,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from benchutil import spread
+from benchutil import Server, spread
 
 from ckptqual.io.engines.torchread.records import read_records
 from ckptqual.io.engines.torchread.source import FileSource
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.workloads import load_workload
-from ckptqual.runs.pool import RankPool
 
 CHUNK_BYTES = 8 << 20  # the ranks' read buffer (ckptqual's DEFAULT_CHUNK_BYTES)
 
@@ -129,12 +134,14 @@ def fio_read(directory: Path, files: list[list[str]]) -> tuple[float, int, float
         if len(names) > 4096:
             raise SystemExit(f"rank {rank}'s file names are {len(names)} characters; fio takes at most 4096")
         command += [f"--name=rank{rank}", f"--filename={names}"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(command, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
         raise RuntimeError(f"fio failed (exit {done.returncode}): {(done.stderr or done.stdout)[-500:]}")
     jobs = json.loads(done.stdout)["jobs"]
     seconds = max(job["read"]["runtime"] for job in jobs) / 1000
-    cpu = sum((job["usr_cpu"] + job["sys_cpu"]) / 100 * job["read"]["runtime"] / 1000 for job in jobs)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return seconds, sum(job["read"]["io_bytes"] for job in jobs), cpu
 
 
@@ -145,33 +152,39 @@ def main() -> None:
     parser.add_argument("--workload", default="llama3.1-405b-review", help="workload (default: the review's)")
     parser.add_argument("--scale", type=float, default=5e-4, help="scale (default: 5e-4, about 818 MB)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
+    parser.add_argument("--before", type=Path, default=None, help="another source tree to restore side by side")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     args = parser.parse_args()
     plan: CheckpointPlan = load_workload(args.workload).plan().scaled(args.scale)
     work = Path(tempfile.mkdtemp(prefix="ckptqual-bench-restore-", dir=args.target))
-    directory = work / "checkpoint"
+    servers = {"verified": Server(None)} | ({"before verified": Server(args.before)} if args.before else {})
+    directories = {name: work / name.replace(" ", "-") for name in servers}
+    directory = directories["verified"]
     files = [[str(directory / spec.path) for spec in rank.files] for rank in plan.ranks]
-    paths = ("fio", "read path", "verified")
+    paths = ("fio", "read path", *servers)
     figures: dict[str, list[tuple[float, int, float]]] = {name: [] for name in paths}
     load_before = os.getloadavg()
     readers = ReadPath(len(plan.ranks))
+    request = {"engine": args.engine, "workload": args.workload, "scale": args.scale, "checkpoint": 0}
     try:
-        with RankPool(len(plan.ranks), seed=3) as pool:
-            pool.write_checkpoint(directory, 0, plan.ranks, args.engine)
-            total = sum(os.path.getsize(path) for paths in files for path in paths)
-            for round_number in range(args.rounds):
-                shift = round_number % len(paths)
-                for name in paths[shift:] + paths[:shift]:
-                    drop_caches()
-                    if name == "fio":
-                        figures[name].append(fio_read(directory, files))
-                    elif name == "read path":
-                        figures[name].append(readers.run(args.engine, files))
-                    else:
-                        timing = pool.run("read", directory, plan.ranks, "restore", 0, {"engine": args.engine})
-                        figures[name].append((timing.seconds, timing.bytes, sum(r.cpu_s for r in timing.ranks)))
-                print(f"round {round_number + 1}/{args.rounds} done", flush=True)
+        for name, server in servers.items():
+            server.request(op="checkpoint", directory=directories[name], **request)
+        total = sum(os.path.getsize(path) for paths in files for path in paths)
+        for round_number in range(args.rounds):
+            shift = round_number % len(paths)
+            for name in paths[shift:] + paths[:shift]:
+                drop_caches()
+                if name == "fio":
+                    figures[name].append(fio_read(directory, files))
+                elif name == "read path":
+                    figures[name].append(readers.run(args.engine, files))
+                else:
+                    done = servers[name].request(op="restore", directory=directories[name], **request)
+                    figures[name].append((done.seconds, done.bytes, done.cpu_s))
+            print(f"round {round_number + 1}/{args.rounds} done", flush=True)
     finally:
+        for server in servers.values():
+            server.close()
         shutil.rmtree(work, ignore_errors=True)
         readers.close()
     print(
@@ -179,14 +192,19 @@ def main() -> None:
         f"{plan.file_count} files, {len(plan.ranks)} ranks; {args.rounds} interleaved rounds, drop_caches before each; "
         f"{os.cpu_count()} CPUs, load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}\n"
     )
-    print("| path | GB/s median (rounds) | CPU s per GB | vs fio, min / median / max |\n|---|---|---|---|")
+    print("| path | GB/s median (rounds) | CPU s per GB | GB/s vs fio | CPU s per GB vs fio |\n|---|---|---|---|---|")
     # fio's bytes are what it read; the others read every byte of the files
     rates = {name: [(b if name == "fio" else total) / s / 1e9 for s, b, _ in found] for name, found in figures.items()}
-    for name, values in figures.items():
-        cpu = statistics.median(c / (total / 1e9) for _, _, c in values)
+    cpus = {name: [c / ((b if name == "fio" else total) / 1e9) for _, b, c in found] for name, found in figures.items()}
+    for name in figures:
         ratios = [mine / theirs for mine, theirs in zip(rates[name], rates["fio"], strict=True)]
+        cpu_ratios = [mine / theirs for mine, theirs in zip(cpus[name], cpus["fio"], strict=True)]
         shown = ", ".join(f"{rate:.2f}" for rate in rates[name])
-        print(f"| {name} | {statistics.median(rates[name]):.2f} ({shown}) | {cpu:.2f} | {spread(ratios)} |")
+        median = statistics.median(rates[name])
+        print(
+            f"| {name} | {median:.2f} ({shown}) | {statistics.median(cpus[name]):.2f} | {spread(ratios)} | "
+            f"{spread(cpu_ratios)} |"
+        )
     cost = [v / r for v, r in zip(rates["verified"], rates["read path"], strict=True)]
     print(
         f"\nverified / read path: {spread(cost)}; fio read {figures['fio'][0][1] / total:.1%} of the checkpoint's bytes"

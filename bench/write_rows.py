@@ -26,27 +26,14 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from benchutil import spread
+from benchutil import Result, Server, spread
 
 from ckptqual.plan.model import RankPlan
 from ckptqual.plan.workloads import load_workload
 
-BENCH = Path(__file__).resolve().parent
 WORKLOAD = "llama3.1-405b-review"
-
-
-@dataclass(frozen=True)
-class Result:
-    bytes: int
-    seconds: float
-    cpu_s: float
-
-    @property
-    def GBps(self) -> float:
-        return self.bytes / self.seconds / 1e9
 
 
 Tool = Callable[[Path, int], Result]
@@ -59,35 +46,6 @@ def drop_caches() -> None:
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
     except OSError as error:
         sys.exit(f"cannot drop the page cache ({error}); run as root")
-
-
-class Server:
-    """A ckptqual rank pool in a child process running the code of `src` (None: the installed one)."""
-
-    def __init__(self, src: Path | None) -> None:
-        env = dict(os.environ)
-        if src is not None:
-            env["PYTHONPATH"] = str(src)
-        self.process = subprocess.Popen(
-            [sys.executable, str(BENCH / "ckptqual_server.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
-        )
-        self._answer()
-
-    def _answer(self) -> dict:
-        line = self.process.stdout.readline()
-        if not line:
-            sys.exit(f"the ckptqual pool (PID {self.process.pid}) ended; see its error above")
-        return json.loads(line)
-
-    def request(self, **request: object) -> Result:
-        self.process.stdin.write((json.dumps(request, default=str) + "\n").encode())
-        self.process.stdin.flush()
-        answer = self._answer()
-        return Result(answer["bytes"], answer["seconds"], answer["cpu_s"])
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(60)
 
 
 def checkpoint_tool(server: Server, engine: str, scale: float, workload: str) -> Tool:
