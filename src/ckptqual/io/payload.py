@@ -125,7 +125,9 @@ class PayloadGenerator:
         self._algorithm = algorithms.AES(self._key)
         self._contexts = threading.local()  # this thread's reused ECB context for the counter blocks
         self._kernel, problem = payload_kernel.kernel() if native else (None, "Python asked for")
+        # per tensor, asked for at every chunk: made once (a BLAKE2b and a ctypes structure each)
         self._native_ids = functools.lru_cache(maxsize=1024)(self._native_id)
+        self._padding_streams = functools.lru_cache(maxsize=1024)(self._padding_stream)
         self.implementation = "native (payload.c)" if self._kernel else f"Python ({problem})"
 
     def fill(self, out: np.ndarray, checkpoint: int, rank: int, file: int, tensor: int, offset: int) -> None:
@@ -137,23 +139,30 @@ class PayloadGenerator:
             raise ValueError(f"payload offset {offset}: must be a multiple of {BLOCK_BYTES} and >= 0")
         for name, value in (("checkpoint", checkpoint), ("rank", rank), ("file", file), ("tensor", tensor)):
             _check_field(name, value)
-        if out.nbytes:
+        if not out.nbytes:
+            return
+        if self._kernel is not None:
+            self._fill_native(out, self._native_ids(checkpoint, rank, file, tensor), offset // BLOCK_BYTES)
+        else:
             self._fill_blocks(out, BlockId(self.seed, checkpoint, rank, file, tensor, offset))
+
+    def _fill_native(self, out: np.ndarray, native_id: payload_kernel.BlockId, first_block: int) -> None:
+        """The kernel's payload of the blocks from `first_block` into `out`, spread over the lanes where it is large."""
+        kernel, shared = self._kernel, lanes.shared()
+        pieces = shared.pieces(out.nbytes, BLOCK_BYTES)
+        if len(pieces) == 1:  # most calls: one tensor's chunk on one lane, without a closure per call
+            kernel.fill(native_id, first_block, out)
+            return
+
+        def piece(start: int, stop: int) -> None:
+            kernel.fill(native_id, first_block + start // BLOCK_BYTES, out[start:stop])
+
+        shared.map(piece, pieces)
 
     def _fill_blocks(self, out: np.ndarray, block_id: BlockId) -> None:
         """Keystream of the blocks from block_id.offset, each under its sealed header; the last may be cut short
         (its bytes are the first bytes of the whole block: the keystream runs on and the header comes first)."""
         first_block = block_id.offset // BLOCK_BYTES
-        if self._kernel is not None:
-            native_id = self._native_ids(block_id.checkpoint, block_id.rank, block_id.file, block_id.tensor)
-            kernel = self._kernel
-
-            def piece(start: int, stop: int) -> None:
-                kernel.fill(native_id, first_block + start // BLOCK_BYTES, out[start:stop])
-
-            shared = lanes.shared()
-            shared.map(piece, shared.pieces(out.nbytes, BLOCK_BYTES))
-            return
         count = -(-out.nbytes // BLOCK_BYTES)
         self._keystream(out, self._stream_id(block_id), first_block * _COUNTERS_PER_BLOCK)
         sealed = _seal_headers(*_plain_headers(block_id, first_block, count))
@@ -197,11 +206,15 @@ class PayloadGenerator:
         for name, value in (("checkpoint", checkpoint), ("rank", rank), ("file", file), ("tensor", tensor)):
             _check_field(name, value)
         if out.nbytes:
-            stream = self._stream_id(BlockId(self.seed, checkpoint, rank, file, tensor, 0), b"ckptqual-pad")
+            stream = self._padding_streams(checkpoint, rank, file, tensor)
             if self._kernel is not None:
                 self._kernel.keystream(self._key, stream, 0, out)
             else:
                 self._keystream(out, stream, 0)
+
+    def _padding_stream(self, checkpoint: int, rank: int, file: int, tensor: int) -> int:
+        """The CTR nonce of a tensor's padding (made once per tensor: `_padding_streams`)."""
+        return self._stream_id(BlockId(self.seed, checkpoint, rank, file, tensor, 0), b"ckptqual-pad")
 
     def _native_id(self, checkpoint: int, rank: int, file: int, tensor: int) -> payload_kernel.BlockId:
         """The kernel's description of a tensor's blocks (made once per tensor: `_native_ids`)."""
