@@ -1,23 +1,30 @@
 /* One cpu-only sweep cell read psync-style by `threads` POSIX threads, for ckptqual's POSIX engine (posix.py).
 
-   The same schedule as posix.py's Python loop (_Schedule): the reads go out in one fixed order, the jobs in turn,
-   one read each (job 0 read 0, job 1 read 0, ..., job 0 read 1, ...); each worker takes the next read of that
-   order (an atomic counter), reads it with pread into the job's buffer `index % slots`, and takes the next. A
-   job's batch (`slots` reads) must all be done, and checked, before any read of its next batch goes out: a worker
-   that takes such a read too early waits for it. With `threads` workers, at most `threads` reads are in flight.
+   The cell's rules, as the sweep's driver and posix.py's Python loop keep them: each job reads its offsets in
+   order; a job's batch (`slots` reads) is all done, and checked, before any read of its next batch goes out; at
+   most `threads` reads are in flight (each worker runs one pread at a time). Each worker takes the next read
+   itself: the jobs in turn, one read each, as the Python loop's order (_Schedule) has it, except that a job held
+   at a batch boundary is passed over, not waited for. The Python loop's worker instead waits, holding the read it
+   took; here that made most of 16 workers on 2 cores sleep and wake at every batch boundary of every job, all
+   jobs' boundaries falling together, and 16-thread cells of 8K reads ran at about half of fio's psync (see
+   bench/read_sweep.py). A worker sleeps only where every job with reads left is held.
    Every read is timed (CLOCK_MONOTONIC, as Python's time.perf_counter_ns on Linux).
 
-   Plain C and pthreads, no Python.h: posix.py calls ckptqual_psync_cell through ctypes, which lets go of the GIL
-   for the call. Only the optional batch callback (a ctypes callback, which takes the GIL) runs Python code.
-   hatch_build.py builds it with -DCKPTQUAL_PSYNC_SOURCE=<sha256 of this file>, which psync_native.py compares
-   with the file beside the library, so that a library built from another version of this file is never used. */
+   Plain C and pthreads (and a Linux futex), no Python.h: posix.py calls ckptqual_psync_cell through ctypes,
+   which lets go of the GIL for the call. Only the optional batch callback (a ctypes callback, which takes the
+   GIL) runs Python code. hatch_build.py builds it with -DCKPTQUAL_PSYNC_SOURCE=<sha256 of this file>, which
+   psync_native.py compares with the file beside the library, so that a library built from another version of
+   this file is never used. */
 
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,22 +47,30 @@ struct psync_result {
    nonzero stops the cell. */
 typedef int (*batch_done_fn)(int32_t job, int64_t first, int64_t end);
 
+/* One job's shared counters, a cache line of their own so that workers of different jobs do not contend. */
+struct job {
+    _Atomic int64_t next;     /* its next read to hand out */
+    _Atomic int64_t released; /* its reads whose batches ended: the batch that starts there may go out */
+    _Atomic int64_t done, bytes;
+} __attribute__((aligned(64)));
+
 struct cell {
     const int32_t *fds;
     const int64_t *offsets, *counts; /* offsets[job * stride + index]; reads per job */
-    int64_t stride, block, total;    /* total: the reads of all jobs */
+    int64_t stride, block;
     int32_t jobs, slots, threads;
-    char *buffers; /* job j slot s at (j * slots + s) * block */
-    int64_t *latencies, *issued;        /* [job * stride + index], ns: each read's time and its start */
-    int64_t *order;                     /* the reads in order, each as job * stride + index */
-    _Atomic int64_t next;               /* the next position in `order` to hand out */
-    _Atomic int64_t *done, *bytes;      /* per job: reads finished, bytes read */
-    _Atomic int64_t *released;          /* per job: reads of the batches that ended (the next batch may start) */
+    char *buffers;               /* job j slot s at (j * slots + s) * block */
+    int64_t *latencies, *issued; /* [job * stride + index], ns: each read's time and its start */
+    struct job *job;             /* per job */
+    _Atomic int64_t turn;        /* the job a worker looks at first: the jobs in turn */
+    _Atomic uint32_t progress;   /* a futex word, bumped when a batch ends or the cell stops */
+    _Atomic uint32_t sleeping;   /* workers asleep on it (a batch's end wakes them only if there are any) */
+    _Atomic int64_t verified;    /* reads of the batches checked */
     _Atomic int stopped;
     const volatile int32_t *stop_asked; /* set by the caller to stop the cell (an interrupt) */
     batch_done_fn batch_done;
-    pthread_mutex_t lock;               /* guards the waits below, `ready`, `go` and the result */
-    pthread_cond_t start, *released_cv; /* the start; per job: a batch ended */
+    pthread_mutex_t lock; /* guards `ready`, `go`, the result's first problem and finish time */
+    pthread_cond_t start;
     int32_t ready, go;
     struct psync_result *result;
 };
@@ -66,7 +81,15 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Stops the cell: no worker takes another read, and every waiting worker wakes up to see it. The first problem
+/* Something changed (a batch ended, the cell stopped): wakes the workers asleep in take(). A bare futex, one
+   system call, rather than a condition variable: no lock for the woken workers to queue on. */
+static void progressed(struct cell *c) {
+    atomic_fetch_add(&c->progress, 1);
+    if (atomic_load(&c->sleeping)) /* read after the add: a worker that counts itself later sees the add */
+        syscall(SYS_futex, &c->progress, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Stops the cell: no worker takes another read, and every sleeping worker wakes up to see it. The first problem
    is the one reported. */
 static void stop(struct cell *c, int64_t why, int32_t job, int64_t offset, int64_t error, int64_t got) {
     pthread_mutex_lock(&c->lock);
@@ -76,32 +99,42 @@ static void stop(struct cell *c, int64_t why, int32_t job, int64_t offset, int64
         c->result->offset = offset;
         c->result->error = error;
         c->result->got = got;
+        atomic_store(&c->stopped, 1);
+        progressed(c);
     }
-    atomic_store(&c->stopped, 1);
-    for (int32_t j = 0; j < c->jobs; j++)
-        pthread_cond_broadcast(&c->released_cv[j]);
     pthread_mutex_unlock(&c->lock);
 }
 
-/* The next read (job * stride + index), after its batch may start; -1 once all are taken or the cell stopped. */
+/* The next read (job * stride + index) that may go out, the jobs in turn from the next one; -1 once no read is
+   left to take or the cell stopped. Sleeps while every job with reads left waits for its last batch to end. */
 static int64_t take(struct cell *c) {
-    if (c->stop_asked && *c->stop_asked)
-        stop(c, STOP_ASKED, -1, -1, 0, 0);
-    if (atomic_load(&c->stopped))
-        return -1;
-    int64_t position = atomic_fetch_add(&c->next, 1);
-    if (position >= c->total)
-        return -1;
-    int64_t read = c->order[position];
-    int32_t job = (int32_t)(read / c->stride);
-    int64_t index = read % c->stride, first = index - index % c->slots;
-    if (atomic_load(&c->released[job]) < first) { /* the job's previous batch is still being read */
-        pthread_mutex_lock(&c->lock);
-        while (atomic_load(&c->released[job]) < first && !atomic_load(&c->stopped))
-            pthread_cond_wait(&c->released_cv[job], &c->lock);
-        pthread_mutex_unlock(&c->lock);
+    for (;;) {
+        if (c->stop_asked && *c->stop_asked)
+            stop(c, STOP_ASKED, -1, -1, 0, 0);
+        if (atomic_load(&c->stopped))
+            return -1;
+        uint32_t seen = atomic_load(&c->progress); /* before looking: what changes after it wakes us below */
+        int64_t turn = atomic_fetch_add(&c->turn, 1);
+        int left = 0;
+        for (int32_t k = 0; k < c->jobs; k++) {
+            int32_t j = (int32_t)((turn + k) % c->jobs);
+            struct job *job = &c->job[j];
+            int64_t index = atomic_load(&job->next);
+            while (index < c->counts[j]) {
+                left = 1;
+                if (index - index % c->slots > atomic_load(&job->released))
+                    break; /* its batch waits for the job's last one */
+                if (atomic_compare_exchange_weak(&job->next, &index, index + 1))
+                    return atomic_load(&c->stopped) ? -1 : (int64_t)j * c->stride + index;
+            }
+        }
+        if (!left)
+            return -1;
+        atomic_fetch_add(&c->sleeping, 1);
+        if (atomic_load(&c->progress) == seen) /* else a batch ended meanwhile, maybe before we were counted */
+            syscall(SYS_futex, &c->progress, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0); /* unless it changed */
+        atomic_fetch_sub(&c->sleeping, 1);
     }
-    return atomic_load(&c->stopped) ? -1 : read;
 }
 
 /* Reads the whole block, as posix.py's _pread_full: again after a short read, until EOF; again after EINTR.
@@ -121,21 +154,21 @@ static int64_t pread_full(int fd, char *buffer, int64_t size, int64_t offset) {
     return got;
 }
 
-/* Counts a read of `job` done; where that ends its batch, has the batch checked, then lets its next batch go. */
-static void finish(struct cell *c, int32_t job) {
-    int64_t count = atomic_fetch_add(&c->done[job], 1) + 1;
-    if (count % c->slots && count != c->counts[job])
+/* Counts a read of job `j` done; where that ends its batch, has the batch checked, then lets its next batch go. */
+static void finish(struct cell *c, int32_t j) {
+    int64_t count = atomic_fetch_add(&c->job[j].done, 1) + 1;
+    if (count % c->slots && count != c->counts[j])
         return;
     int64_t first = (count - 1) / c->slots * c->slots;
-    if (c->batch_done && c->batch_done(job, first, count)) {
-        stop(c, CHECK_FAILED, job, c->offsets[job * c->stride + first], 0, 0);
-        return;
+    if (c->batch_done) {
+        if (c->batch_done(j, first, count)) {
+            stop(c, CHECK_FAILED, j, c->offsets[j * c->stride + first], 0, 0);
+            return;
+        }
+        atomic_fetch_add(&c->verified, count - first);
     }
-    pthread_mutex_lock(&c->lock);
-    c->result->verified += c->batch_done ? count - first : 0;
-    atomic_store(&c->released[job], count);
-    pthread_cond_broadcast(&c->released_cv[job]);
-    pthread_mutex_unlock(&c->lock);
+    atomic_store(&c->job[j].released, count);
+    progressed(c);
 }
 
 static void *work(void *arg) {
@@ -163,7 +196,7 @@ static void *work(void *arg) {
         }
         c->latencies[read] = now_ns() - issued;
         c->issued[read] = issued;
-        atomic_fetch_add(&c->bytes[job], got);
+        atomic_fetch_add(&c->job[job].bytes, got);
         if (got != c->block) {
             stop(c, SHORT_READ, job, offset, 0, got);
             break;
@@ -192,33 +225,22 @@ int ckptqual_psync_cell(const int32_t *fds, const int64_t *offsets, const int64_
                      .jobs = jobs, .slots = slots, .threads = threads, .buffers = buffers, .latencies = latencies,
                      .issued = issued, .stop_asked = stop_asked, .batch_done = batch_done, .result = result};
     *result = (struct psync_result){0};
-    int64_t most = 0;
-    for (int32_t j = 0; j < jobs; j++) {
-        c.total += counts[j];
-        most = counts[j] > most ? counts[j] : most;
-    }
-    if (jobs < 1 || slots < 1 || threads < 1 || most > stride)
+    for (int32_t j = 0; j < jobs; j++)
+        if (counts[j] < 0 || counts[j] > stride)
+            return EINVAL;
+    if (jobs < 1 || slots < 1 || threads < 1)
         return EINVAL;
-    c.order = malloc(sizeof(int64_t) * (size_t)(c.total ? c.total : 1));
-    c.done = calloc((size_t)jobs, sizeof(_Atomic int64_t));
-    c.bytes = calloc((size_t)jobs, sizeof(_Atomic int64_t));
-    c.released = calloc((size_t)jobs, sizeof(_Atomic int64_t));
-    c.released_cv = calloc((size_t)jobs, sizeof(pthread_cond_t));
+    c.job = aligned_alloc(sizeof(struct job), sizeof(struct job) * (size_t)jobs);
     pthread_t *workers = calloc((size_t)threads, sizeof(pthread_t));
     int error = 0;
-    if (!c.order || !c.done || !c.bytes || !c.released || !c.released_cv || !workers) {
+    if (!c.job || !workers) {
         error = ENOMEM;
         goto out;
     }
-    int64_t position = 0;
-    for (int64_t index = 0; index < most; index++)
-        for (int32_t j = 0; j < jobs; j++)
-            if (index < counts[j])
-                c.order[position++] = (int64_t)j * stride + index;
+    for (int32_t j = 0; j < jobs; j++)
+        c.job[j] = (struct job){0};
     pthread_mutex_init(&c.lock, NULL);
     pthread_cond_init(&c.start, NULL);
-    for (int32_t j = 0; j < jobs; j++)
-        pthread_cond_init(&c.released_cv[j], NULL);
 
     /* The workers start with every signal blocked, so that the kernel hands a signal (Ctrl-C) to a thread of the
        caller's, whose handler can stop the cell (stop_asked), never to a worker in the middle of a read. */
@@ -240,18 +262,13 @@ int ckptqual_psync_cell(const int32_t *fds, const int64_t *offsets, const int64_
     }
     for (int32_t n = 0; n < started; n++)
         pthread_join(workers[n], NULL);
-    for (int32_t j = 0; j < jobs; j++) {
-        bytes_per_job[j] = atomic_load(&c.bytes[j]);
-        pthread_cond_destroy(&c.released_cv[j]);
-    }
+    for (int32_t j = 0; j < jobs; j++)
+        bytes_per_job[j] = atomic_load(&c.job[j].bytes);
+    result->verified = atomic_load(&c.verified);
     pthread_cond_destroy(&c.start);
     pthread_mutex_destroy(&c.lock);
 out:
     free(workers);
-    free(c.released_cv);
-    free(c.released);
-    free(c.bytes);
-    free(c.done);
-    free(c.order);
+    free(c.job);
     return error;
 }
