@@ -10,8 +10,10 @@ driver's generic loop, which KvikIO's engine still takes) costs two thread wake-
 ran at 4.3K IOPS that way and at 50K this way on this project's loaded 2-core machine (bench/read_sweep.py).
 
 The workers are native threads (psync_cell.c, through ctypes, no GIL held while they read) where that library was
-built at install and fits its source (psync_native.py); else Python threads run the same schedule, at several
-microseconds of Python per read under one GIL. `settings()` says which ran, and why the native loop did not.
+built at install and fits its source (psync_native.py); else Python threads keep the same rules, at several
+microseconds of Python per read under one GIL. `settings()` says which ran, and why the native loop did not. The
+two differ in one thing the rules leave open: a native worker passes over a job held at a batch boundary and takes
+the next job's read, where a Python worker waits for it (psync_cell.c says why).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import contextlib
 import ctypes
 import errno
 import itertools
+import mmap
 import os
 import threading
 import time
@@ -91,6 +94,9 @@ class PosixReader:
         self._buffers = self._stack.enter_context(
             contextlib.closing(HostBuffers(shape.jobs * shape.slots, shape.block_bytes))
         )
+        # Each page of the buffers faulted in now, untimed, as a registered or pinned buffer would be: else a cell's
+        # first reads pay for it (1M blocks from tmpfs: 64 MiB of buffers, about a third of the cell's time).
+        self._buffers.array[:: mmap.PAGESIZE] = 0
         self.direct_io_problem = self._direct_io_problem(tree, paths[0])
         self.direct_io = self.direct_io_problem is None
         flags = os.O_RDONLY | (_O_DIRECT if self.direct_io else 0)
