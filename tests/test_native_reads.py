@@ -84,6 +84,35 @@ def files(tmp_path):
         each.close()
 
 
+def run_bounded(reader: PosixReader, *args, result: bool = False, timeout_s: float = 60) -> tuple[bool, list]:
+    """Runs read_cell in a thread: (whether it still runs after `timeout_s`, what it raised, or with `result`
+    what it returned)."""
+    outcome: list = []
+
+    def drive():
+        try:
+            returned = reader.read_cell(*args)
+            if result:
+                outcome.append(returned)
+        except BaseException as error:
+            outcome.append(error)
+
+    worker = threading.Thread(target=drive, daemon=True)  # a hung cell fails its test, not the whole run
+    worker.start()
+    worker.join(timeout=timeout_s)
+    return worker.is_alive(), outcome
+
+
+def read_bounded(reader: PosixReader, *args, timeout_s: float = 60):
+    """read_cell's result; fails the test (rather than hang it) if the cell is still running after `timeout_s`."""
+    hung, outcome = run_bounded(reader, *args, result=True, timeout_s=timeout_s)
+    assert not hung, "the cell hung"
+    (returned,) = outcome
+    if isinstance(returned, BaseException):
+        raise returned
+    return returned
+
+
 # (threads, batch, reads per job): one thread; fewer threads than a batch; more threads than all batches together;
 # a last batch shorter than the others; one read per batch; jobs with different counts of reads.
 SHAPES = [
@@ -104,7 +133,7 @@ def test_the_native_loop_reads_what_the_python_loop_reads(native, files, threads
     assert native_reader.settings()["workers"].startswith("psync (native C threads)")
     assert native_reader.settings()["native_loop_problem"] is None
     assert python_reader.settings()["workers"].startswith("psync (Python threads)")
-    ours, theirs = native_reader.read_cell(offsets, slots, None), python_reader.read_cell(offsets, slots, None)
+    ours, theirs = read_bounded(native_reader, offsets, slots, None), read_bounded(python_reader, offsets, slots, None)
     assert ours.bytes_per_job == theirs.bytes_per_job == [count * BLOCK for count in counts]
     for job, count in enumerate(counts):
         for slot in range(min(slots, count)):
@@ -143,7 +172,7 @@ def test_the_native_loop_keeps_batches_apart_depth_and_checks_each_batch_before_
         made.files.check(job, offset, data)  # the buffer still holds this block: not reused yet
         checked.append((job, offset, time.perf_counter_ns()))
 
-    reads = reader.read_cell(offsets, slots, check_block)
+    reads = read_bounded(reader, offsets, slots, check_block)
     issued = reader.last_issued_ns
     completed = issued + reads.latencies_ns
     assert reads.verified == sum(counts)
@@ -173,23 +202,7 @@ def test_a_block_that_reads_back_wrong_stops_the_native_loop_with_the_mismatch(n
         os.fsync(file.fileno())
     reader = made.reader("native", 4, 4)
     with pytest.raises(DataMismatch, match=rf"sweep-job001\.bin: block read at offset {5 * BLOCK} holds"):
-        reader.read_cell(made.offsets([16, 16]), 4, made.files.check)
-
-
-def run_bounded(reader: PosixReader, *args, timeout_s: float = 60) -> tuple[bool, list[BaseException]]:
-    """Runs read_cell in a thread: (whether it still runs after `timeout_s`, what it raised)."""
-    outcome: list[BaseException] = []
-
-    def drive():
-        try:
-            reader.read_cell(*args)
-        except BaseException as error:
-            outcome.append(error)
-
-    worker = threading.Thread(target=drive)
-    worker.start()
-    worker.join(timeout=timeout_s)
-    return worker.is_alive(), outcome
+        read_bounded(reader, made.offsets([16, 16]), 4, made.files.check)
 
 
 def loop_under_test(request, loop: str) -> None:
@@ -292,7 +305,7 @@ def test_a_library_built_from_another_source_is_refused_and_the_python_loop_runs
     reader = made.reader("native", 4, 4)
     assert reader.settings()["workers"].startswith("psync (Python threads)")
     assert reader.settings()["native_loop_problem"] == refused
-    reads = reader.read_cell(made.offsets([8, 8]), 4, made.files.check)
+    reads = read_bounded(reader, made.offsets([8, 8]), 4, made.files.check)
     assert reads.bytes_per_job == [8 * BLOCK] * 2 and reads.verified == 16
 
 
@@ -317,7 +330,7 @@ def test_without_the_library_the_python_loop_runs_and_says_why(tmp_path, files, 
     reader = made.reader("native", 4, 4)
     assert reader.settings()["workers"].startswith("psync (Python threads)")
     assert reader.settings()["native_loop_problem"] == missing[1]
-    reads = reader.read_cell(made.offsets([8, 8]), 4, made.files.check)
+    reads = read_bounded(reader, made.offsets([8, 8]), 4, made.files.check)
     assert reads.bytes_per_job == [8 * BLOCK] * 2 and reads.verified == 16
 
 
