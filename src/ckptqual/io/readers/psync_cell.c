@@ -47,12 +47,14 @@ struct psync_result {
    nonzero stops the cell. */
 typedef int (*batch_done_fn)(int32_t job, int64_t first, int64_t end);
 
-/* One job's shared counters, a cache line of their own so that workers of different jobs do not contend. */
+/* One job's shared counters. What is written at every read sits on cache lines of its own (64 bytes), away from
+   what every worker reads, so that the workers on different cores do not pull the lines back and forth. */
 struct job {
-    _Atomic int64_t next;     /* its next read to hand out */
-    _Atomic int64_t released; /* its reads whose batches ended: the batch that starts there may go out */
-    _Atomic int64_t done, bytes;
-} __attribute__((aligned(64)));
+    _Alignas(64) _Atomic int64_t next; /* its next read to hand out */
+    _Atomic int64_t released;          /* its reads whose batches ended: the batch that starts there may go out */
+    _Alignas(64) _Atomic int64_t done; /* its reads finished */
+    _Atomic int64_t bytes;
+};
 
 struct cell {
     const int32_t *fds;
@@ -62,17 +64,17 @@ struct cell {
     char *buffers;               /* job j slot s at (j * slots + s) * block */
     int64_t *latencies, *issued; /* [job * stride + index], ns: each read's time and its start */
     struct job *job;             /* per job */
-    _Atomic int64_t turn;        /* the job a worker looks at first: the jobs in turn */
-    _Atomic uint32_t progress;   /* a futex word, bumped when a batch ends or the cell stops */
-    _Atomic uint32_t sleeping;   /* workers asleep on it (a batch's end wakes them only if there are any) */
-    _Atomic int64_t verified;    /* reads of the batches checked */
-    _Atomic int stopped;
     const volatile int32_t *stop_asked; /* set by the caller to stop the cell (an interrupt) */
     batch_done_fn batch_done;
+    struct psync_result *result;
+    _Atomic int stopped;
+    _Alignas(64) _Atomic int64_t turn; /* where the workers start looking: worker n at job n, then in turn */
+    _Alignas(64) _Atomic uint32_t progress; /* a futex word, bumped when a batch ends or the cell stops */
+    _Atomic uint32_t sleeping;              /* workers asleep on it (woken only if there are any) */
+    _Atomic int64_t verified;               /* reads of the batches checked */
     pthread_mutex_t lock; /* guards `ready`, `go`, the result's first problem and finish time */
     pthread_cond_t start;
     int32_t ready, go;
-    struct psync_result *result;
 };
 
 static int64_t now_ns(void) {
@@ -105,16 +107,15 @@ static void stop(struct cell *c, int64_t why, int32_t job, int64_t offset, int64
     pthread_mutex_unlock(&c->lock);
 }
 
-/* The next read (job * stride + index) that may go out, the jobs in turn from the next one; -1 once no read is
-   left to take or the cell stopped. Sleeps while every job with reads left waits for its last batch to end. */
-static int64_t take(struct cell *c) {
+/* The next read (job * stride + index) that may go out, looking at the jobs in turn from job `turn`; -1 once no
+   read is left to take or the cell stopped. Sleeps while every job with reads left waits for its last batch. */
+static int64_t take(struct cell *c, int64_t turn) {
     for (;;) {
         if (c->stop_asked && *c->stop_asked)
             stop(c, STOP_ASKED, -1, -1, 0, 0);
         if (atomic_load(&c->stopped))
             return -1;
         uint32_t seen = atomic_load(&c->progress); /* before looking: what changes after it wakes us below */
-        int64_t turn = atomic_fetch_add(&c->turn, 1);
         int left = 0;
         for (int32_t k = 0; k < c->jobs; k++) {
             int32_t j = (int32_t)((turn + k) % c->jobs);
@@ -183,8 +184,8 @@ static void *work(void *arg) {
         pthread_cond_wait(&c->start, &c->lock);
     pthread_mutex_unlock(&c->lock);
 
-    int64_t read;
-    while ((read = take(c)) >= 0) {
+    int64_t read, turn = atomic_fetch_add(&c->turn, 1); /* this worker's own turn: no shared counter per read */
+    while ((read = take(c, turn++)) >= 0) {
         int32_t job = (int32_t)(read / c->stride);
         int64_t index = read % c->stride, offset = c->offsets[read];
         char *buffer = c->buffers + ((int64_t)job * c->slots + index % c->slots) * c->block;
@@ -230,7 +231,7 @@ int ckptqual_psync_cell(const int32_t *fds, const int64_t *offsets, const int64_
             return EINVAL;
     if (jobs < 1 || slots < 1 || threads < 1)
         return EINVAL;
-    c.job = aligned_alloc(sizeof(struct job), sizeof(struct job) * (size_t)jobs);
+    c.job = aligned_alloc(_Alignof(struct job), sizeof(struct job) * (size_t)jobs);
     pthread_t *workers = calloc((size_t)threads, sizeof(pthread_t));
     int error = 0;
     if (!c.job || !workers) {
