@@ -10,21 +10,18 @@
    bench/read_sweep.py). A worker sleeps only where every job with reads left is held.
    Every read is timed (CLOCK_MONOTONIC, as Python's time.perf_counter_ns on Linux).
 
-   Plain C and pthreads (and a Linux futex), no Python.h: posix.py calls ckptqual_psync_cell through ctypes,
+   Plain C and pthreads, no Python.h: posix.py calls ckptqual_psync_cell through ctypes,
    which lets go of the GIL for the call. Only the optional batch callback (a ctypes callback, which takes the
    GIL) runs Python code. hatch_build.py builds it with -DCKPTQUAL_PSYNC_SOURCE=<sha256 of this file>, which
    psync_native.py compares with the file beside the library, so that a library built from another version of
    this file is never used. */
 
 #include <errno.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,9 +66,11 @@ struct cell {
     struct psync_result *result;
     _Atomic int stopped;
     _Alignas(64) _Atomic int64_t turn; /* where the workers start looking: worker n at job n, then in turn */
-    _Alignas(64) _Atomic uint32_t progress; /* a futex word, bumped when a batch ends or the cell stops */
-    _Atomic uint32_t sleeping;              /* workers asleep on it (woken only if there are any) */
+    _Alignas(64) _Atomic uint32_t progress; /* bumped when a batch ends or the cell stops */
+    _Atomic uint32_t sleeping;              /* workers waiting for it to change (woken only if there are any) */
     _Atomic int64_t verified;               /* reads of the batches checked */
+    pthread_mutex_t sleep_lock;             /* with `progressed`: where workers wait for `progress` */
+    pthread_cond_t progressed;
     pthread_mutex_t lock; /* guards `ready`, `go`, the result's first problem and finish time */
     pthread_cond_t start;
     int32_t ready, go;
@@ -83,12 +82,15 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Something changed (a batch ended, the cell stopped): wakes the workers asleep in take(). A bare futex, one
-   system call, rather than a condition variable: no lock for the woken workers to queue on. */
+/* Something changed (a batch ended, the cell stopped): wakes the workers waiting in take(), if any; else no lock
+   is taken. */
 static void progressed(struct cell *c) {
     atomic_fetch_add(&c->progress, 1);
-    if (atomic_load(&c->sleeping)) /* read after the add: a worker that counts itself later sees the add */
-        syscall(SYS_futex, &c->progress, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    if (atomic_load(&c->sleeping)) { /* read after the add: a worker that counts itself later sees the add */
+        pthread_mutex_lock(&c->sleep_lock);
+        pthread_cond_broadcast(&c->progressed);
+        pthread_mutex_unlock(&c->sleep_lock);
+    }
 }
 
 /* Stops the cell: no worker takes another read, and every sleeping worker wakes up to see it. The first problem
@@ -131,10 +133,12 @@ static int64_t take(struct cell *c, int64_t turn) {
         }
         if (!left)
             return -1;
+        pthread_mutex_lock(&c->sleep_lock);
         atomic_fetch_add(&c->sleeping, 1);
-        if (atomic_load(&c->progress) == seen) /* else a batch ended meanwhile, maybe before we were counted */
-            syscall(SYS_futex, &c->progress, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0); /* unless it changed */
+        while (atomic_load(&c->progress) == seen) /* else a batch ended meanwhile, maybe before we were counted */
+            pthread_cond_wait(&c->progressed, &c->sleep_lock);
         atomic_fetch_sub(&c->sleeping, 1);
+        pthread_mutex_unlock(&c->sleep_lock);
     }
 }
 
@@ -242,6 +246,8 @@ int ckptqual_psync_cell(const int32_t *fds, const int64_t *offsets, const int64_
         c.job[j] = (struct job){0};
     pthread_mutex_init(&c.lock, NULL);
     pthread_cond_init(&c.start, NULL);
+    pthread_mutex_init(&c.sleep_lock, NULL);
+    pthread_cond_init(&c.progressed, NULL);
 
     /* The workers start with every signal blocked, so that the kernel hands a signal (Ctrl-C) to a thread of the
        caller's, whose handler can stop the cell (stop_asked), never to a worker in the middle of a read. */
@@ -268,6 +274,8 @@ int ckptqual_psync_cell(const int32_t *fds, const int64_t *offsets, const int64_
     result->verified = atomic_load(&c.verified);
     pthread_cond_destroy(&c.start);
     pthread_mutex_destroy(&c.lock);
+    pthread_cond_destroy(&c.progressed);
+    pthread_mutex_destroy(&c.sleep_lock);
 out:
     free(workers);
     free(c.job);
