@@ -8,14 +8,17 @@ rotates from round to round, so that a noisy neighbour hits every tool alike:
 - `fio psync`: `threads` jobs, one read at a time each, every job its own slice of every file (offset_increment);
 - `fio io_uring`: one job, iodepth = threads, over the same files;
 - `ckptqual`: the sweep's cpu-only engine as the product picks it (`make_reader`), through the sweep's own loop
-  (`run_cell`), its last batch checked against the payload after the timed part;
+  (`run_cell`), its last batch checked against the payload after the timed part; where that is ckptqual's POSIX
+  engine, its native psync loop (psync_cell.c) if it is built, else its Python loop (the header says which);
+- `ckptqual python loop` (--python-loop): the POSIX engine with its Python psync loop (Python threads, one GIL),
+  as every cpu-only cell ran before the native loop;
 - `ckptqual before` (--before): the same engine driven through the generic submit loop (a pool thread per read
   and its result handed back), the path every cpu-only cell took before the psync workers.
 
 Ratios are ckptqual / fio per round, as min / median / max over the rounds.
 
     python bench/read_sweep.py --target /mnt/nvme0/bench --block-sizes 1M --rounds 3
-    python bench/read_sweep.py --block-sizes 1M,128K,64K,16K,8K --threads 16,4,1 --before --json out.json
+    python bench/read_sweep.py --block-sizes 1M,128K,64K,16K,8K --threads 16,4,1 --python-loop --json out.json
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from benchutil import drop_caches, spread
 from ckptqual.host import gpu
 from ckptqual.io.readers import make_reader
 from ckptqual.io.readers.base import Reader
+from ckptqual.io.readers.posix import PosixReader
 from ckptqual.limits.units import format_size, parse_size
 from ckptqual.runs.sweep.cells import Cell
 from ckptqual.runs.sweep.driver import read_shape, run_cell
@@ -79,9 +83,16 @@ class GenericLoop:
         return self.inner.host_copy(job, slot)
 
 
-def ckptqual_GiBps(files: SweepFiles, cell: Cell, host: gpu.HostGpu, generic: bool) -> tuple[float, str]:
-    """The product's cpu-only engine on one cell from offset 0 of every file; returns GiB/s and the engine."""
-    reader = make_reader("cpu-only", host)
+def ckptqual_GiBps(files: SweepFiles, cell: Cell, host: gpu.HostGpu, tool: str) -> tuple[float, str]:
+    """`tool`'s engine on one cell from offset 0 of every file: the product's cpu-only engine (its Python loop for
+    "ckptqual python loop", the generic submit loop for "ckptqual before"); returns GiB/s and the engine's loop."""
+    if tool == "ckptqual python loop":
+        if host.cpu_only_engine != "posix":
+            raise SystemExit(f"--python-loop: cpu-only reads with {host.cpu_only_engine} here, not the POSIX engine")
+        reader: Reader = PosixReader("cpu-only", loop="python")
+    else:
+        reader = make_reader("cpu-only", host)
+    generic = tool == "ckptqual before"
     with files.open_tree() as tree:
         reader.open(tree, files.paths, read_shape(cell))
     try:
@@ -89,12 +100,14 @@ def ckptqual_GiBps(files: SweepFiles, cell: Cell, host: gpu.HostGpu, generic: bo
         for job in range(cell.jobs):  # untimed, as the sweep's verify="last"
             for slot, offset in enumerate(run.last_batch(job, cell.slots)):
                 files.check(job, offset, reader.host_copy(job, slot))
-        direct = reader.settings().get("direct_io")
+        settings = reader.settings()
     finally:
         reader.close()
-    if not direct:
+    if not settings.get("direct_io"):
         raise RuntimeError(f"{reader.engine} could not read {files.directory} with O_DIRECT; fio does: not comparable")
-    return run.bytes / run.seconds / 2**30, reader.engine
+    loop = "generic submit loop" if generic else settings.get("workers", "").partition(":")[0]
+    problem = f", native loop absent: {settings['native_loop_problem']}" if settings.get("native_loop_problem") else ""
+    return run.bytes / run.seconds / 2**30, f"{tool}: {reader.engine} {loop}{problem}"
 
 
 def main() -> None:
@@ -107,6 +120,7 @@ def main() -> None:
     parser.add_argument("--file-bytes", default="256M", help="size of each file (default: 256M)")
     parser.add_argument("--requests", type=int, default=2048, help="reads per job per cell (default: 2048)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default: 3)")
+    parser.add_argument("--python-loop", action="store_true", help="also the POSIX engine's Python psync loop")
     parser.add_argument("--before", action="store_true", help="also the engine through the generic submit loop")
     parser.add_argument("--json", type=Path, default=None, help="write every figure here")
     args = parser.parse_args()
@@ -118,7 +132,12 @@ def main() -> None:
     host = gpu.probe()
     work = Path(tempfile.mkdtemp(prefix="ckptqual-bench-read-", dir=args.target))
     files = SweepFiles(work / "sweep", args.jobs, file_bytes, seed=11)
-    tools = [*FIO, "ckptqual", *(["ckptqual before"] if args.before else [])]
+    ours = [
+        "ckptqual",
+        *(["ckptqual python loop"] if args.python_loop else []),
+        *(["ckptqual before"] if args.before else []),
+    ]
+    tools = [*FIO, *ours]
     cells = [
         Cell("cpu-only", block, count, args.jobs, args.batch, max(1, min(args.requests, file_bytes // block)))
         for block in blocks
@@ -138,7 +157,7 @@ def main() -> None:
                     if tool in FIO:
                         rate = fio_GiBps(tool.split()[1], files.paths, cell)
                     else:
-                        rate, engine = ckptqual_GiBps(files, cell, host, generic=tool == "ckptqual before")
+                        rate, engine = ckptqual_GiBps(files, cell, host, tool)
                         engines.add(engine)
                     rates[cell.id][tool].append(rate)
             print(f"round {round_number + 1}/{args.rounds} done", flush=True)
@@ -148,22 +167,23 @@ def main() -> None:
     print(
         f"\nread sweep, cpu-only, O_DIRECT: {args.jobs} files of {format_size(file_bytes)}, batch {args.batch}, "
         f"up to {args.requests} reads per job; {args.rounds} interleaved rounds; before each: {eviction}; "
-        f"ckptqual engine: {', '.join(sorted(engines))}; {os.cpu_count()} CPUs, load {load_before[0]:.1f} -> "
+        f"engines: {'; '.join(sorted(engines))}; {os.cpu_count()} CPUs, load {load_before[0]:.1f} -> "
         f"{os.getloadavg()[0]:.1f}\n"
     )
-    header = ["block", "threads", *(f"{tool} GiB/s" for tool in tools), "ckptqual / psync", "ckptqual / io_uring"]
-    if args.before:
-        header += ["before / psync", "before / io_uring"]
+    header = ["block", "threads", *(f"{tool} GiB/s" for tool in tools)]
+    header += [
+        f"{tool.removeprefix('ckptqual ') or tool} / {reference.split()[1]}" for tool in ours for reference in FIO
+    ]
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     table = []
     for cell in cells:
         mine = rates[cell.id]
         row: dict[str, Any] = {"block": cell.block_size, "threads": cell.threads, "GiBps": mine}
         shown = [cell.block_size, str(cell.threads), *(f"{statistics.median(mine[tool]):.3f}" for tool in tools)]
-        for ours in ["ckptqual", *(["ckptqual before"] if args.before else [])]:
+        for tool in ours:
             for reference in FIO:
-                ratios = [a / b for a, b in zip(mine[ours], mine[reference], strict=True)]
-                row[f"{ours} / {reference}"] = ratios
+                ratios = [a / b for a, b in zip(mine[tool], mine[reference], strict=True)]
+                row[f"{tool} / {reference}"] = ratios
                 shown.append(spread(ratios))
         table.append(row)
         print("| " + " | ".join(shown) + " |")

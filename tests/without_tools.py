@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 HIDDEN = ("strace", "smartctl", "nvme", "fio", "chromium", "losetup", "mkfs.ext4", "mke2fs", "mount", "umount")
-HIDDEN += ("fsfreeze", "tmux")
+HIDDEN += ("fsfreeze", "tmux", "cc", "gcc")
 TOOL_FIXTURES = {"tmpfs", "loop_ext4", "parallel_run", "browser"}  # fixtures that mount, loop-mount or launch
 TOOL_TESTS = (  # tests that call a hidden tool themselves
     "tests/test_health.py::",
@@ -21,6 +21,7 @@ TOOL_TESTS = (  # tests that call a hidden tool themselves
     "tests/test_write_path.py::test_a_small_file_is_one_write",
     "tests/test_progress.py::test_on_a_terminal_one_live_line_is_redrawn_in_place",
     "tests/test_cache_served.py::",
+    "tests/test_native_reads.py::",  # builds the native psync loop with the C compiler
 )
 ROOT = Path(__file__).resolve().parents[1]
 

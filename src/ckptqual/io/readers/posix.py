@@ -8,13 +8,21 @@ A cell runs psync-style, as fio's psync engine does (`read_cell`): each worker t
 schedule itself and reads it in its own thread. Handing each read to a pool and its result back (`submit`, the
 driver's generic loop, which KvikIO's engine still takes) costs two thread wake-ups per read: 8K reads from tmpfs
 ran at 4.3K IOPS that way and at 50K this way on this project's loaded 2-core machine (bench/read_sweep.py).
+
+The workers are native threads (psync_cell.c, through ctypes, no GIL held while they read) where that library was
+built at install and fits its source (psync_native.py); else Python threads keep the same rules, at several
+microseconds of Python per read under one GIL. `settings()` says which ran, and why the native loop did not. The
+two differ in one thing the rules leave open: a native worker passes over a job held at a batch boundary and takes
+the next job's read, where a Python worker waits for it (psync_cell.c says why).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import itertools
+import mmap
 import os
 import threading
 import time
@@ -26,9 +34,12 @@ from typing import Any
 import numpy as np
 
 from ckptqual.host.beneath import RunTree
+from ckptqual.io.readers import psync_native
 from ckptqual.io.readers.base import ALIGN_BYTES, CellReads, CheckBlock, HostBuffers, ReadError, ReadShape
 
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
+LOOPS = ("native", "python")
+_WORKERS = "each thread reads the next read of the cell itself, one at a time"
 
 
 class _Pending:
@@ -57,10 +68,17 @@ class PosixReader:
 
     engine = "posix"
 
-    def __init__(self, transfer: str = "cpu-only") -> None:
+    def __init__(self, transfer: str = "cpu-only", loop: str = "native") -> None:
+        """`loop`: "native" runs cells with the native loop where it loaded, else with the Python loop (the reason
+        is in `native_problem`); "python" always with the Python loop (to compare them)."""
         if transfer != "cpu-only":
             raise ValueError(f"the POSIX engine reads into host memory only (cpu-only), not {transfer}")
+        if loop not in LOOPS:
+            raise ValueError(f"loop must be one of {', '.join(LOOPS)}, not {loop!r}")
         self.transfer = transfer
+        self._native, self.native_problem = (
+            psync_native.load() if loop == "native" else (None, "the Python loop was asked for")
+        )
         self._stack = contextlib.ExitStack()  # undoes what open() did, in reverse
         self._fds: list[int] = []
         self._buffers: HostBuffers | None = None
@@ -69,12 +87,16 @@ class PosixReader:
         self.direct_io_problem: str | None = None
         self._slots = self._threads = 0
         self._block = 0
+        self.last_issued_ns: np.ndarray | None = None  # each read's issue time in the last native cell (jobs x reads)
 
     def open(self, tree: RunTree, paths: Sequence[Path], shape: ReadShape) -> None:
         self._slots, self._threads, self._block = shape.slots, shape.threads, shape.block_bytes
         self._buffers = self._stack.enter_context(
             contextlib.closing(HostBuffers(shape.jobs * shape.slots, shape.block_bytes))
         )
+        # Each page of the buffers faulted in now, untimed, as a registered or pinned buffer would be: else a cell's
+        # first reads pay for it (1M blocks from tmpfs: 64 MiB of buffers, about a third of the cell's time).
+        self._buffers.array[:: mmap.PAGESIZE] = 0
         self.direct_io_problem = self._direct_io_problem(tree, paths[0])
         self.direct_io = self.direct_io_problem is None
         flags = os.O_RDONLY | (_O_DIRECT if self.direct_io else 0)
@@ -119,6 +141,84 @@ class PosixReader:
 
     def read_cell(self, offsets: Sequence[Sequence[int]], slots: int, check_block: CheckBlock | None) -> CellReads:
         """The cell psync-style: `threads` workers, released together, each reading the next read of the schedule."""
+        if self._native is not None:
+            return self._native_cell(offsets, slots, check_block)
+        return self._python_cell(offsets, slots, check_block)
+
+    def _native_cell(self, offsets: Sequence[Sequence[int]], slots: int, check_block: CheckBlock | None) -> CellReads:
+        """The cell in psync_cell.c's threads. The call runs in a thread of its own, so that an interrupt (Ctrl-C,
+        SIGTERM) still reaches this one at once: it asks the native workers to stop, waits for the reads in flight
+        (no buffer or file may go away under them), and goes on."""
+        jobs = len(offsets)
+        counts = np.array([len(mine) for mine in offsets], dtype=np.int64)
+        most = int(counts.max(initial=0))
+        table = np.zeros((jobs, max(most, 1)), dtype=np.int64)  # offsets[job][index], padded to one stride
+        for job, mine in enumerate(offsets):
+            table[job, : len(mine)] = mine
+        latencies, issued = np.zeros_like(table), np.zeros_like(table)
+        fds = np.array(self._fds, dtype=np.int32)
+        bytes_per_job = np.zeros(jobs, dtype=np.int64)
+        result, stop_asked = psync_native.PsyncResult(), ctypes.c_int32(0)
+        problems: list[BaseException] = []
+
+        def batch_done(job: int, first: int, end: int) -> int:
+            """Checks a job's finished batch (C calls it, ctypes takes the GIL); nonzero stops the cell."""
+            try:
+                for slot, offset in enumerate(offsets[job][first:end]):
+                    check_block(job, offset, self._buffers.view(job * slots + slot))
+            except BaseException as error:  # an exception must not end in ctypes' callback (it would be lost)
+                problems.append(error)
+                return 1
+            return 0
+
+        def call() -> None:
+            try:
+                int64 = psync_native.INT64_P
+                outcome.append(
+                    self._native.cell(
+                        *(fds.ctypes.data_as(psync_native.INT32_P), table.ctypes.data_as(int64)),
+                        *(counts.ctypes.data_as(int64), jobs, table.shape[1], slots, self._block),
+                        *(self._buffers.array.ctypes.data, self._threads, latencies.ctypes.data_as(int64)),
+                        *(issued.ctypes.data_as(int64), bytes_per_job.ctypes.data_as(int64), callback),
+                        ctypes.byref(stop_asked),
+                        ctypes.byref(result),
+                    )
+                )
+            except BaseException as error:
+                outcome.append(error)
+
+        # Without check_block, a NULL callback: the native workers never take the GIL during the reads.
+        callback = psync_native.BATCH_DONE(batch_done) if check_block is not None else psync_native.BATCH_DONE()
+        outcome: list[int | BaseException] = []
+        runner = threading.Thread(target=call, name="ckptqual-psync-native")
+        runner.start()
+        try:
+            while runner.is_alive():  # in steps: a signal's handler runs here even if another thread took it
+                runner.join(0.05)
+        except BaseException:
+            stop_asked.value = 1
+            runner.join()
+            raise
+        (returned,) = outcome
+        if isinstance(returned, BaseException):
+            raise returned
+        if returned != 0:
+            raise OSError(returned, f"the native psync loop could not start its threads: {os.strerror(returned)}")
+        if result.stopped_by == psync_native.CHECK_FAILED:
+            raise problems[0]
+        if result.stopped_by == psync_native.READ_FAILED:
+            error = OSError(result.error, os.strerror(result.error))
+            raise ReadError(f"job {result.job} offset {result.offset}: {error}") from error
+        if result.stopped_by == psync_native.SHORT_READ:
+            raise ReadError(f"job {result.job} offset {result.offset}: read {result.got} of {self._block} bytes")
+        if result.stopped_by:
+            raise ReadError(f"the native psync loop stopped the cell ({result.stopped_by})")
+        self.last_issued_ns = issued[:, :most]
+        per_job = [int(count) for count in bytes_per_job]
+        return CellReads(per_job, latencies[:, :most], result.started_ns, result.finished_ns, result.verified)
+
+    def _python_cell(self, offsets: Sequence[Sequence[int]], slots: int, check_block: CheckBlock | None) -> CellReads:
+        """The cell in Python threads: each pread costs several microseconds of Python, under the one GIL."""
         schedule = _Schedule(offsets, slots)
         iovecs = [[self._buffers.view(index)] for index in range(len(offsets) * slots)]
         latencies = np.zeros((len(offsets), max(map(len, offsets), default=0)), dtype=np.int64)
@@ -179,7 +279,8 @@ class PosixReader:
         return {
             "engine": self.engine,
             "threads": self._threads,
-            "workers": "psync: each thread reads the next read of the cell itself, one at a time",
+            "workers": f"psync ({'native C' if self._native else 'Python'} threads): {_WORKERS}",
+            "native_loop_problem": self.native_problem,
             "direct_io": self.direct_io,
             "direct_io_problem": self.direct_io_problem,
             "buffer_alignment": ALIGN_BYTES,
