@@ -1,12 +1,14 @@
-"""Hatch build hook: compiles the POSIX engine's native psync loop (src/ckptqual/io/readers/psync_cell.c).
+"""Hatch build hook: compiles ckptqual's native kernels (the C files of src/ckptqual/io/native: the payload's
+keystream and checks, the POSIX engine's psync loop) into one library.
 
-- editable install (`pip install -e .`): into the source tree, beside psync_cell.c (git-ignores it);
-- wheel: into a scratch directory, force-included as ckptqual/io/readers/libpsync_cell.so, the wheel then tagged
-  for this platform (py3-none-<platform>: the library does not use Python's C API).
+- editable install (`pip install -e .`): into the source tree, beside the C files (git-ignores it);
+- wheel: into a scratch directory, force-included as ckptqual/io/native/libckptqual_native.so, the wheel then
+  tagged for this platform (py3-none-<platform>: the library does not use Python's C API).
 
 Optional: where there is no C compiler ($CC, cc or gcc) or the compile fails, the build warns and goes on without
-it (a pure-Python wheel), and the engine reads with its Python loop, saying why in its settings. The compiling
-itself is psync_native.build, loaded here by path: the package is not importable while it is being built.
+it (a pure-Python wheel), and ckptqual runs its Python code instead, saying why in the settings it records. The
+compiling itself is io/native/library.py's `build`, loaded here by path: the package is not importable while it
+is being built.
 """
 
 from __future__ import annotations
@@ -20,36 +22,35 @@ from types import ModuleType
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-NATIVE = Path("src/ckptqual/io/readers/psync_native.py")
-IN_WHEEL = "ckptqual/io/readers/libpsync_cell.so"
+NATIVE = Path("src/ckptqual/io/native/library.py")
+IN_WHEEL = "ckptqual/io/native/libckptqual_native.so"
 
 
-def psync_native(root: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_ckptqual_psync_native", Path(root) / NATIVE)
+def native_library(root: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("_ckptqual_native_library", Path(root) / NATIVE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-class NativePsyncHook(BuildHookInterface):
+class NativeKernelsHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
     def initialize(self, version: str, build_data: dict) -> None:
         if self.target_name != "wheel":
             return
-        native = psync_native(self.root)
-        source = Path(self.root) / NATIVE.with_name("psync_cell.c")
+        native = native_library(self.root)
         if version == "editable":
-            output = source.with_name(native.LIBRARY.name)
+            output = native.LIBRARY
         else:
-            self._scratch = tempfile.mkdtemp(prefix="ckptqual-psync-")
+            self._scratch = tempfile.mkdtemp(prefix="ckptqual-native-")
             output = Path(self._scratch) / native.LIBRARY.name
-        problem = native.build(output, source)
+        problem = native.build(output)
         if problem:
-            message = f"ckptqual: {problem}; installing without the native psync loop (cpu-only reads: Python loop)"
+            message = f"ckptqual: {problem}; installing without its native kernels (their Python code runs instead)"
             self.app.display_warning(f"WARNING: {message}")
             return
-        self.app.display_info(f"ckptqual: built the native psync loop {output}")
+        self.app.display_info(f"ckptqual: built its native kernels, {output}")
         if version != "editable":
             build_data["force_include"][str(output)] = IN_WHEEL
             build_data["pure_python"] = False

@@ -1,5 +1,5 @@
-"""The POSIX engine's native psync loop (psync_cell.c) on a real file system, against its Python loop: the same
-bytes in the same buffers, its batches and depth as each read's own issue and completion times show them, the
+"""The POSIX engine's native psync loop (io/native/psync_cell.c) on a real file system, against its Python loop: the
+same bytes in the same buffers, its batches and depth as each read's own issue and completion times show them, the
 checks between batches, real failed and short reads, an interrupt, and the refusal of a missing or stale library.
 
 The loop under test is built from the source as it is now, into a temporary directory (the installed build may be
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from ckptqual.host.gpu import HostGpu
-from ckptqual.io.readers import psync_native
+from ckptqual.io.native import library, psync_kernel
 from ckptqual.io.readers.base import ReadShape
 from ckptqual.io.readers.posix import PosixReader
 from ckptqual.runs.sweep.cells import SweepConfig, job_offsets
@@ -28,21 +28,21 @@ NO_DRIVER = HostGpu(driver_problem="no CUDA driver library (test)")
 
 
 @pytest.fixture(scope="session")
-def native_library(tmp_path_factory) -> psync_native.Loaded:
-    """The native loop built from psync_cell.c as it is now, loaded as the engine would load it."""
-    library = tmp_path_factory.mktemp("psync") / psync_native.LIBRARY.name
-    problem = psync_native.build(library)
+def native_library(tmp_path_factory) -> psync_kernel.Loaded:
+    """The native loop built from the C sources as they are now, loaded as the engine would load it."""
+    built = tmp_path_factory.mktemp("native") / library.LIBRARY.name
+    problem = library.build(built)
     if problem:
-        pytest.skip(f"the native psync loop cannot be built here: {problem}")
-    loaded, refused = psync_native.load_from(library, psync_native.SOURCE)
+        pytest.skip(f"ckptqual's native library cannot be built here: {problem}")
+    loaded, refused = psync_kernel.bind(library.load_from(built, library.sources()))
     assert refused is None
     return loaded
 
 
 @pytest.fixture
-def native(native_library, monkeypatch) -> psync_native.Loaded:
+def native(native_library, monkeypatch) -> psync_kernel.Loaded:
     """Makes the engine load the fresh build (PosixReader() then runs cells with it)."""
-    monkeypatch.setattr(psync_native, "load", lambda: (native_library, None))
+    monkeypatch.setattr(psync_kernel, "load", lambda: (native_library, None))
     return native_library
 
 
@@ -293,14 +293,14 @@ def test_an_interrupt_stops_the_native_workers_and_waits_for_the_reads_in_flight
 
 
 def test_a_library_built_from_another_source_is_refused_and_the_python_loop_runs(tmp_path, files, monkeypatch):
-    stale = tmp_path / psync_native.LIBRARY.name
-    problem = psync_native.build(stale, digest="0" * 64)  # as if built from an older psync_cell.c
+    stale = tmp_path / library.LIBRARY.name
+    problem = library.build(stale, digest="0" * 64)  # as if built from older sources
     if problem:
-        pytest.skip(f"the native psync loop cannot be built here: {problem}")
-    loaded, refused = psync_native.load_from(stale, psync_native.SOURCE)
-    assert loaded is None and "was built from another version of psync_cell.c (sha256 000000000000" in refused
+        pytest.skip(f"ckptqual's native library cannot be built here: {problem}")
+    loaded, refused = psync_kernel.bind(library.load_from(stale, library.sources()))
+    assert loaded is None and "was built from other versions of its sources (sha256 000000000000" in refused
     assert "a stale build is not used" in refused
-    monkeypatch.setattr(psync_native, "load", lambda: (loaded, refused))
+    monkeypatch.setattr(psync_kernel, "load", lambda: (loaded, refused))
     made = files(2)
     reader = made.reader("native", 4, 4)
     assert reader.settings()["workers"].startswith("psync (Python threads)")
@@ -310,22 +310,25 @@ def test_a_library_built_from_another_source_is_refused_and_the_python_loop_runs
 
 
 def test_an_edited_source_makes_the_built_library_stale(tmp_path):
-    source = tmp_path / "psync_cell.c"
-    source.write_bytes(psync_native.SOURCE.read_bytes())
-    library = tmp_path / psync_native.LIBRARY.name
-    problem = psync_native.build(library, source)
+    sources = []
+    for source in library.sources():
+        sources.append(tmp_path / source.name)
+        sources[-1].write_bytes(source.read_bytes())
+    built = tmp_path / library.LIBRARY.name
+    problem = library.build(built, sources)
     if problem:
-        pytest.skip(f"the native psync loop cannot be built here: {problem}")
-    assert psync_native.load_from(library, source)[1] is None
-    source.write_bytes(psync_native.SOURCE.read_bytes() + b"/* edited */\n")
-    loaded, refused = psync_native.load_from(library, source)
+        pytest.skip(f"ckptqual's native library cannot be built here: {problem}")
+    assert library.load_from(built, sources)[1] is None
+    edited = next(path for path in sources if path.name == "psync_cell.c")
+    edited.write_bytes(edited.read_bytes() + b"/* edited */\n")
+    loaded, refused = library.load_from(built, sources)
     assert loaded is None and "a stale build is not used" in refused
 
 
 def test_without_the_library_the_python_loop_runs_and_says_why(tmp_path, files, monkeypatch):
-    missing = psync_native.load_from(tmp_path / psync_native.LIBRARY.name, psync_native.SOURCE)
-    assert missing[0] is None and "the native psync loop is not built" in missing[1]
-    monkeypatch.setattr(psync_native, "load", lambda: missing)
+    missing = psync_kernel.bind(library.load_from(tmp_path / library.LIBRARY.name, library.sources()))
+    assert missing[0] is None and "ckptqual's native kernels are not built" in missing[1]
+    monkeypatch.setattr(psync_kernel, "load", lambda: missing)
     made = files(2)
     reader = made.reader("native", 4, 4)
     assert reader.settings()["workers"].startswith("psync (Python threads)")
@@ -335,7 +338,8 @@ def test_without_the_library_the_python_loop_runs_and_says_why(tmp_path, files, 
 
 
 @pytest.mark.parametrize(
-    ("compiler", "reason"), [("/bin/false", "/bin/false failed to compile psync_cell.c (exit 1)"), (None, "no C")]
+    ("compiler", "reason"),
+    [("/bin/false", "/bin/false failed to compile library.c, payload.c, psync_cell.c (exit 1)"), (None, "no C")],
 )
 def test_a_build_without_a_working_compiler_says_why_and_leaves_no_library(tmp_path, monkeypatch, compiler, reason):
     if compiler:
@@ -343,7 +347,7 @@ def test_a_build_without_a_working_compiler_says_why_and_leaves_no_library(tmp_p
     else:
         monkeypatch.delenv("CC", raising=False)
         monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    library = tmp_path / "out" / psync_native.LIBRARY.name
-    problem = psync_native.build(library)
+    built = tmp_path / "out" / library.LIBRARY.name
+    problem = library.build(built)
     assert problem is not None and problem.startswith(reason)
-    assert not library.parent.exists() or list(library.parent.iterdir()) == []
+    assert not built.parent.exists() or list(built.parent.iterdir()) == []

@@ -9,8 +9,8 @@ schedule itself and reads it in its own thread. Handing each read to a pool and 
 driver's generic loop, which KvikIO's engine still takes) costs two thread wake-ups per read: 8K reads from tmpfs
 ran at 4.3K IOPS that way and at 50K this way on this project's loaded 2-core machine (bench/read_sweep.py).
 
-The workers are native threads (psync_cell.c, through ctypes, no GIL held while they read) where that library was
-built at install and fits its source (psync_native.py); else Python threads keep the same rules, at several
+The workers are native threads (psync_cell.c, through ctypes, no GIL held while they read) where ckptqual's native
+library was built at install and fits its sources (io/native); else Python threads keep the same rules, at several
 microseconds of Python per read under one GIL. `settings()` says which ran, and why the native loop did not. The
 two differ in one thing the rules leave open: a native worker passes over a job held at a batch boundary and takes
 the next job's read, where a Python worker waits for it (psync_cell.c says why).
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ckptqual.host.beneath import RunTree
-from ckptqual.io.readers import psync_native
+from ckptqual.io.native import psync_kernel
 from ckptqual.io.readers.base import ALIGN_BYTES, CellReads, CheckBlock, HostBuffers, ReadError, ReadShape
 
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
@@ -77,7 +77,7 @@ class PosixReader:
             raise ValueError(f"loop must be one of {', '.join(LOOPS)}, not {loop!r}")
         self.transfer = transfer
         self._native, self.native_problem = (
-            psync_native.load() if loop == "native" else (None, "the Python loop was asked for")
+            psync_kernel.load() if loop == "native" else (None, "the Python loop was asked for")
         )
         self._stack = contextlib.ExitStack()  # undoes what open() did, in reverse
         self._fds: list[int] = []
@@ -158,7 +158,7 @@ class PosixReader:
         latencies, issued = np.zeros_like(table), np.zeros_like(table)
         fds = np.array(self._fds, dtype=np.int32)
         bytes_per_job = np.zeros(jobs, dtype=np.int64)
-        result, stop_asked = psync_native.PsyncResult(), ctypes.c_int32(0)
+        result, stop_asked = psync_kernel.PsyncResult(), ctypes.c_int32(0)
         problems: list[BaseException] = []
 
         def batch_done(job: int, first: int, end: int) -> int:
@@ -173,10 +173,10 @@ class PosixReader:
 
         def call() -> None:
             try:
-                int64 = psync_native.INT64_P
+                int64 = psync_kernel.INT64_P
                 outcome.append(
                     self._native.cell(
-                        *(fds.ctypes.data_as(psync_native.INT32_P), table.ctypes.data_as(int64)),
+                        *(fds.ctypes.data_as(psync_kernel.INT32_P), table.ctypes.data_as(int64)),
                         *(counts.ctypes.data_as(int64), jobs, table.shape[1], slots, self._block),
                         *(self._buffers.array.ctypes.data, self._threads, latencies.ctypes.data_as(int64)),
                         *(issued.ctypes.data_as(int64), bytes_per_job.ctypes.data_as(int64), callback),
@@ -188,7 +188,7 @@ class PosixReader:
                 outcome.append(error)
 
         # Without check_block, a NULL callback: the native workers never take the GIL during the reads.
-        callback = psync_native.BATCH_DONE(batch_done) if check_block is not None else psync_native.BATCH_DONE()
+        callback = psync_kernel.BATCH_DONE(batch_done) if check_block is not None else psync_kernel.BATCH_DONE()
         outcome: list[int | BaseException] = []
         runner = threading.Thread(target=call, name="ckptqual-psync-native")
         runner.start()
@@ -204,12 +204,12 @@ class PosixReader:
             raise returned
         if returned != 0:
             raise OSError(returned, f"the native psync loop could not start its threads: {os.strerror(returned)}")
-        if result.stopped_by == psync_native.CHECK_FAILED:
+        if result.stopped_by == psync_kernel.CHECK_FAILED:
             raise problems[0]
-        if result.stopped_by == psync_native.READ_FAILED:
+        if result.stopped_by == psync_kernel.READ_FAILED:
             error = OSError(result.error, os.strerror(result.error))
             raise ReadError(f"job {result.job} offset {result.offset}: {error}") from error
-        if result.stopped_by == psync_native.SHORT_READ:
+        if result.stopped_by == psync_kernel.SHORT_READ:
             raise ReadError(f"job {result.job} offset {result.offset}: read {result.got} of {self._block} bytes")
         if result.stopped_by:
             raise ReadError(f"the native psync loop stopped the cell ({result.stopped_by})")

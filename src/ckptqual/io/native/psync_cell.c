@@ -10,10 +10,9 @@
    of fio's psync (bench/read_sweep.py). A worker waits only where every job with reads left is held. Every read
    is timed (CLOCK_MONOTONIC, as Python's time.perf_counter_ns on Linux).
 
-   Plain C and pthreads, no Python.h: posix.py calls ckptqual_psync_cell through ctypes, which lets go of the GIL
-   for the call. Only the optional batch callback (a ctypes callback, which takes the GIL) runs Python code.
-   hatch_build.py builds it with -DCKPTQUAL_PSYNC_SOURCE=<sha256 of this file>, which psync_native.py compares
-   with the file beside the library, so that a library built from another version of this file is never used. */
+   Plain C and pthreads, no Python.h: posix.py calls ckptqual_psync_cell through ctypes (psync_kernel.py), which
+   lets go of the GIL for the call. Only the optional batch callback (a ctypes callback, which takes the GIL) runs
+   Python code. It is built into ckptqual's one native library (library.py). */
 
 #include <errno.h>
 #include <pthread.h>
@@ -24,14 +23,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef CKPTQUAL_PSYNC_SOURCE
-#define CKPTQUAL_PSYNC_SOURCE "unknown"
-#endif
-
 /* What stopped a cell (psync_result.stopped_by); 0: nothing, every read was done. */
 enum { READ_FAILED = 1, SHORT_READ = 2, CHECK_FAILED = 3, STOP_ASKED = 4 };
 
-/* Filled in for the caller; all int64 so that its ctypes mirror (psync_native.py) has no padding to get wrong. */
+/* Filled in for the caller; all int64 so that its ctypes mirror (psync_kernel.py) has no padding to get wrong. */
 struct psync_result {
     int64_t started_ns, finished_ns; /* all workers ready; the last worker done */
     int64_t verified;                /* reads of the batches the callback checked */
@@ -214,8 +209,6 @@ static void *work(void *arg) {
     pthread_mutex_unlock(&c->lock);
     return NULL;
 }
-
-const char *ckptqual_psync_source(void) { return CKPTQUAL_PSYNC_SOURCE; }
 
 /* Reads one cell (see the top of this file). `offsets` is jobs x stride, job j's first counts[j] used; its reads'
    latencies and issue times go to `latencies` and `issued` (same shape), its bytes to bytes_per_job[j]. Returns 0
