@@ -17,6 +17,7 @@ from typing import Any
 from ckptqual import __version__
 from ckptqual.config.run_settings import RunSettings
 from ckptqual.faults import os_error_line
+from ckptqual.io.native.status import kernels_in_use
 from ckptqual.report.mlperf import mlperf_metrics
 
 
@@ -27,7 +28,8 @@ def environment() -> dict[str, Any]:
         loaded = sys.modules.get(module)
         if loaded is not None:
             versions[module] = getattr(loaded, "__version__", "unknown")
-    return {"versions": versions, "host": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count()}
+    facts = {"versions": versions, "host": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count()}
+    return facts | {"native_kernels": kernels_in_use()}
 
 
 @dataclass
