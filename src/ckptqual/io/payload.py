@@ -6,6 +6,9 @@ Its first 32 bytes are a header naming that identity, encrypted under a fixed pu
 format), so any block, even one from another run, can be read back and named while it still looks random.
 The alignment padding before a tensor's data is keystream of its own stream (`fill_padding`), so that no byte a
 writer chooses repeats.
+
+Made and checked in native code (io/native/payload.c) where ckptqual's native library is built, else by the Python
+here; both give the same bytes, and tests/test_payload.py holds each to the other.
 """
 
 from __future__ import annotations
@@ -217,15 +220,15 @@ class PayloadGenerator:
         return self._stream_id(BlockId(self.seed, checkpoint, rank, file, tensor, 0), b"ckptqual-pad")
 
     def _native_id(self, checkpoint: int, rank: int, file: int, tensor: int) -> payload_kernel.BlockId:
-        """The kernel's description of a tensor's blocks (made once per tensor: `_native_ids`)."""
-        block_id = BlockId(self.seed, checkpoint, rank, file, tensor, 0)
+        """The kernel's description of a tensor's blocks, its header's fields packed as the header packs them (made
+        once per tensor: `_native_ids`)."""
         native = payload_kernel.BlockId()
         native.key[:] = self._key
         native.header_key[:] = HEADER_KEY
-        native.stream = self._stream_id(block_id)
-        native.tensor_file = block_id.tensor | block_id.file << 32
-        native.rank_checkpoint = block_id.rank | block_id.checkpoint << 32
-        native.seed_magic = block_id.seed | MAGIC << 32
+        native.stream = self._stream_id(BlockId(self.seed, checkpoint, rank, file, tensor, 0))
+        native.tensor_file = tensor | file << 32
+        native.rank_checkpoint = rank | checkpoint << 32
+        native.seed_magic = self.seed | MAGIC << 32
         return native
 
     def matches(self, data: np.ndarray, expected: np.ndarray, ids: tuple[int, int, int, int], offset: int) -> bool:
