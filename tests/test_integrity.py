@@ -479,3 +479,18 @@ def test_a_changed_tensor_byte_is_found_by_the_rank_that_wrote_it(tmp_path):
     with pytest.raises(restore.IntegrityError) as raised:
         restore.read_checkpoint_files(io, Task("read", CHECKPOINT, str(directory), PLAN, {"engine": "stream"}))
     assert f"tensor 'w' at file offset {start + 4096}" in str(raised.value)
+
+
+def test_a_rank_acting_as_another_checks_that_ranks_files_by_their_own_crc(tmp_path):
+    """A shifted read over several nodes: a rank that wrote its own files reads another rank's files of the same
+    layout, checkpoint and sizes, acting as that rank. Its own CRCs are not theirs: the read takes the CRC again and
+    the intact files pass."""
+    mine, io = written_and_read_by_one_rank(tmp_path / "mine")
+    theirs = tmp_path / "theirs" / mine.name
+    other = RankIO(PayloadGenerator(SEED), rank=RANK + 1, checkpoint=CHECKPOINT, chunk_bytes=64 << 10)
+    for index, spec in enumerate(PLAN.files):
+        (theirs / spec.path).parent.mkdir(parents=True, exist_ok=True)
+        make_engine("stream").write(theirs / spec.path, spec, index, other)
+    io.rank = RANK + 1
+    task = Task("read", CHECKPOINT, str(theirs), RankPlan(RANK + 1, PLAN.files), {"engine": "stream"})
+    assert restore.read_checkpoint_files(io, task) == PLAN.nbytes

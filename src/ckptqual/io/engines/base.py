@@ -47,19 +47,25 @@ class RankIO:
         self.buffer = np.empty(self.chunk_bytes, dtype=np.uint8)
         self._spare = np.empty(0, dtype=np.uint8)
         self._expected = np.empty(0, dtype=np.uint8)
-        self._crcs: OrderedDict[tuple[int, int, int, int], int] = OrderedDict()
+        self._crcs: OrderedDict[tuple[int, ...], int] = OrderedDict()
+
+    def _tensor_key(self, file: int, tensor: int, nbytes: int) -> tuple[int, ...]:
+        """Everything a tensor's payload is a function of: seed, checkpoint, rank, file, tensor and size. A rank may
+        act as another (a shifted read over several nodes), so the rank is part of it."""
+        return (self.generator.seed, self.checkpoint, self.rank, file, tensor, nbytes)
 
     def remember_crc(self, file: int, tensor: int, nbytes: int, crc: int) -> None:
-        """Keeps the CRC32 this rank took of a tensor's payload as it wrote it. The payload is a pure function of
-        seed, checkpoint, rank, file, tensor and size, so the value holds for every copy of that tensor."""
-        self._crcs[(self.checkpoint, file, tensor, nbytes)] = crc
-        self._crcs.move_to_end((self.checkpoint, file, tensor, nbytes))
+        """Keeps the CRC32 this rank took of a tensor's payload as it wrote it; it holds for every copy of that
+        tensor (`_tensor_key`)."""
+        key = self._tensor_key(file, tensor, nbytes)
+        self._crcs[key] = crc
+        self._crcs.move_to_end(key)
         while len(self._crcs) > REMEMBERED_CRCS:
             self._crcs.popitem(last=False)
 
     def written_crc(self, file: int, tensor: int, nbytes: int) -> int | None:
-        """The CRC32 this rank took of that tensor's payload when it wrote it (None: it did not, or forgot)."""
-        return self._crcs.get((self.checkpoint, file, tensor, nbytes))
+        """The CRC32 taken of that tensor's payload when this process wrote it (None: it did not, or forgot)."""
+        return self._crcs.get(self._tensor_key(file, tensor, nbytes))
 
     def spare_buffer(self) -> np.ndarray:
         """A second buffer as large as `buffer` (made on first use), for a read ahead while `buffer` is checked."""
