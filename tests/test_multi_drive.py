@@ -21,6 +21,7 @@ from ckptqual.config.values import SettingsError
 from ckptqual.host.identity import identify
 from ckptqual.host.topology import pci_chain, shared_parents
 from ckptqual.limits.verdict import FAILING
+from ckptqual.report.drives import crashed_row
 from ckptqual.runs.fill import CheckpointRecord, PassResult
 from expected_basis import HOST, RELATIVE, STEADY, head, host_bound_kept, line, qualified
 from suite_runs import (
@@ -280,6 +281,20 @@ def test_ctrl_c_of_a_parallel_run_leaves_every_drive_incomplete_in_its_own_resul
         assert data["verdict"] == index["drives"][label]["verdict"]
         assert cases[f"verdict[{label}]"]["outcome"] == "failure"
         assert data["cleanup"]["removed"] is True and list(target.iterdir()) == []
+
+
+def test_a_crash_in_an_interrupted_run_is_told_after_the_interruption_and_once():
+    """A worker that dies while Ctrl-C stops the run died of it, or with it: the interruption is the first reason, the
+    crash follows, and a reason the drive's file already gave is not told twice."""
+    crash = "worker gw0 crashed while running tests_qual/test_fill.py::test_fill_pass[first-1]"
+    unjudged = "the run was interrupted by SIGINT (Ctrl-C) before the drive's worker recorded a verdict"
+    judged = {"label": "first", "verdict": {"overall": "QUALIFIED", "reasons": []}}
+    assert crashed_row(judged, crash)["verdict"] == {"overall": "INCOMPLETE", "reasons": [crash]}
+    unfinished = {"label": "first", "verdict": {"overall": "INCOMPLETE", "reasons": [unjudged, "pass 2 not run"]}}
+    reasons = crashed_row(unfinished, crash, unjudged)["verdict"]["reasons"]
+    assert reasons == [f"{unjudged}; {crash}", "pass 2 not run"]
+    failed = {"label": "first", "verdict": {"overall": "NOT QUALIFIED", "reasons": ["pass 1 FAIL"]}}
+    assert crashed_row(failed, crash, unjudged)["verdict"]["overall"] == "NOT QUALIFIED"
 
 
 def test_without_n_the_drives_of_a_list_file_are_qualified_one_after_another(tmp_path):

@@ -121,7 +121,7 @@ def send_rows(config: pytest.Config, runs: list[DriveRun], selected: list[DriveR
 def gathered_rows(config: pytest.Config, runs: list[DriveRun], interruption: str | None) -> list[dict[str, Any]]:
     """On the controller, each selected drive's row (every drive's, if the run was interrupted): as its worker sent
     it, else from its results file, else a row saying that nothing came back; a drive whose worker crashed is at best
-    INCOMPLETE, with the crash first."""
+    INCOMPLETE, with the crash first (after the interruption, where the run was interrupted: a worker may die of it)."""
     rows, selected = config.stash.get(_ROWS, {}), config.stash.get(_SELECTED, set())
     crashes = config.stash.get(_CRASHES, {})
     unjudged = f"{interruption} before the drive's worker recorded a verdict" if interruption else None
@@ -137,7 +137,7 @@ def gathered_rows(config: pytest.Config, runs: list[DriveRun], interruption: str
         else:
             why = unjudged or "no result came back from the worker that qualified it (see its output above)"
             row = missing_row(run.label, run.settings.target, results, why)
-        found.append(crashed_row(row, crashes[run.label]) if run.label in crashes else row)
+        found.append(crashed_row(row, crashes[run.label], unjudged) if run.label in crashes else row)
     return found
 
 

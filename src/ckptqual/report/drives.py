@@ -39,11 +39,14 @@ def missing_row(label: str, target: object, results: object, why: str) -> dict[s
             "drives_at_once": 1}  # fmt: skip
 
 
-def crashed_row(row: dict[str, Any], why: str) -> dict[str, Any]:
-    """The row of a drive whose worker crashed during one of its tests: at best INCOMPLETE, `why` its first reason."""
+def crashed_row(row: dict[str, Any], why: str, interruption: str | None = None) -> dict[str, Any]:
+    """The row of a drive whose worker crashed during one of its tests: at best INCOMPLETE, `why` its first reason;
+    after the `interruption` that stopped the run, if any (a worker may die of it)."""
     verdict = row["verdict"]
     overall = "INCOMPLETE" if verdict["overall"] == "QUALIFIED" else verdict["overall"]
-    return {**row, "verdict": {**verdict, "overall": overall, "reasons": [why, *verdict["reasons"]]}}
+    first = f"{interruption}; {why}" if interruption else why
+    reasons = [first, *(reason for reason in verdict["reasons"] if reason != interruption)]
+    return {**row, "verdict": {**verdict, "overall": overall, "reasons": reasons}}
 
 
 def payload_cores(data: dict[str, Any]) -> float | None:
