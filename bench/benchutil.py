@@ -51,6 +51,8 @@ def spread(values: list[float]) -> str:
 
 @dataclass(frozen=True)
 class Result:
+    """One request of a rank pool: the bytes it moved, the slowest rank's seconds, the ranks' CPU seconds."""
+
     bytes: int
     seconds: float
     cpu_s: float

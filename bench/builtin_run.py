@@ -33,8 +33,9 @@ from benchutil import drop_caches, spread
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 
-def first_pass(tree: Path, target: Path, options: list[str]) -> dict[str, Any]:
-    """Runs the fill of the built-in qualification from `tree` on an empty directory of `target`; its first pass."""
+def first_pass(tree: Path, target: Path, options: list[str]) -> tuple[dict[str, Any], str]:
+    """Runs the fill of the built-in qualification from `tree` on an empty directory of `target`: its first pass, and
+    how the page cache was emptied before it."""
     work = Path(tempfile.mkdtemp(prefix="ckptqual-bench-builtin-", dir=target))
     results = work / "results.json"
     drive = work / "drive"
@@ -43,7 +44,7 @@ def first_pass(tree: Path, target: Path, options: list[str]) -> dict[str, Any]:
     command += ["--passes", "1", f"--target={drive}", f"--results={results}", *options]
     env = dict(os.environ, PYTHONPATH=str(tree / "src"))
     try:
-        drop_caches([])
+        emptied = drop_caches([])  # without root, nothing: the run's directory is new
         done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
         try:
             passes = json.loads(results.read_text())["passes"]
@@ -52,7 +53,7 @@ def first_pass(tree: Path, target: Path, options: list[str]) -> dict[str, Any]:
             sys.exit(f"{tree}: pytest exited {done.returncode} and left no pass in {results} ({error}):\n{tail}")
         if not passes:
             sys.exit(f"{tree}: pytest exited {done.returncode} without a fill pass:\n{done.stdout[-800:]}")
-        return passes[0]
+        return passes[0], emptied
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -71,17 +72,21 @@ def main() -> None:
             sys.exit(f"{name} ({tree}) is not a ckptqual source tree: it needs src/ckptqual and tests_qual/")
     target = args.target or Path(tempfile.gettempdir())
     figures: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    emptied: set[str] = set()
     load_before = os.getloadavg()
     for round_number in range(args.rounds):
         names = list(trees)
         shift = round_number % len(names)
         for name in names[shift:] + names[:shift]:
-            figures[name].append(first_pass(trees[name], target, args.pytest_options))
+            found, how = first_pass(trees[name], target, args.pytest_options)
+            figures[name].append(found)
+            emptied.add(how)
         print(f"round {round_number + 1}/{args.rounds} done", flush=True)
     first = figures["this checkout"][0]
     print(
         f"\nthe built-in qualification's first fill pass: {len(first['checkpoints'])} checkpoints, "
-        f"{first['bytes'] / 1e9:.3f} GB on {target}; {args.rounds} interleaved rounds, drop_caches before each; "
+        f"{first['bytes'] / 1e9:.3f} GB on {target}; {args.rounds} interleaved rounds, "
+        f"{' / '.join(sorted(emptied))} before each; "
         f"{os.cpu_count()} CPUs, load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}\n"
     )
     print("| tree | GB/s, min / median / max | CPU s per GB, min / median / max | CPU s per GB / this checkout's |")
