@@ -431,13 +431,18 @@ def test_ranks_restore_an_intact_checkpoint_and_name_a_damaged_record(tmp_path, 
 # ---- the CRC a rank took as it wrote
 
 
+def write_stream_files(directory: Path, io: RankIO) -> None:
+    """The plan's files, written by `io` with the stream engine (its rank's payload)."""
+    for index, spec in enumerate(PLAN.files):
+        (directory / spec.path).parent.mkdir(parents=True, exist_ok=True)
+        make_engine("stream").write(directory / spec.path, spec, index, io)
+
+
 def written_and_read_by_one_rank(tmp_path: Path) -> tuple[Path, RankIO]:
     """A stream checkpoint and the RankIO that wrote it, which remembers the CRC32 of every tensor it wrote."""
     directory = tmp_path / f"checkpoint-{CHECKPOINT:05d}"
     io = RankIO(PayloadGenerator(SEED), rank=RANK, checkpoint=CHECKPOINT, chunk_bytes=64 << 10)
-    for index, spec in enumerate(PLAN.files):
-        (directory / spec.path).parent.mkdir(parents=True, exist_ok=True)
-        make_engine("stream").write(directory / spec.path, spec, index, io)
+    write_stream_files(directory, io)
     return directory, io
 
 
@@ -488,9 +493,7 @@ def test_a_rank_acting_as_another_checks_that_ranks_files_by_their_own_crc(tmp_p
     mine, io = written_and_read_by_one_rank(tmp_path / "mine")
     theirs = tmp_path / "theirs" / mine.name
     other = RankIO(PayloadGenerator(SEED), rank=RANK + 1, checkpoint=CHECKPOINT, chunk_bytes=64 << 10)
-    for index, spec in enumerate(PLAN.files):
-        (theirs / spec.path).parent.mkdir(parents=True, exist_ok=True)
-        make_engine("stream").write(theirs / spec.path, spec, index, other)
+    write_stream_files(theirs, other)
     io.rank = RANK + 1
     task = Task("read", CHECKPOINT, str(theirs), RankPlan(RANK + 1, PLAN.files), {"engine": "stream"})
     assert restore.read_checkpoint_files(io, task) == PLAN.nbytes
