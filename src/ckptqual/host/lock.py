@@ -4,8 +4,10 @@ descriptor of a file drops every POSIX lock the process holds on it.
 
 Nested targets: runs on a directory and one inside it would measure each other. A run first takes its own target's
 lock, then probes (never creates) the lock file of every directory above its target and of every directory below
-it, and gives its lock up if any is held. Of two runs starting at once on nested targets, the later to take its own
-lock sees the other's: at most one goes on (both may be refused; neither ever runs beside the other)."""
+it, and gives its lock up if any is held; "above" also through every other mount of the target's filesystem that
+shows the target (host.aliases), so that a bind mount cannot share a held target. Of two runs starting at once on
+nested targets, the later to take its own lock sees the other's: at most one goes on (both may be refused; neither
+ever runs beside the other)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ckptqual.host.aliases import aliases
 from ckptqual.host.beneath import what_is
 from ckptqual.host.guard import LOCK_FILE, TargetError, error_line, failure
 
@@ -124,11 +127,16 @@ def _alone_in_tree(lock: Lock, target: Path) -> Lock:
 
 
 def nested_problem(target: Path) -> str | None:
-    """The run that holds a target above or below `target`, in one line; None when there is none. Reads only."""
+    """The run that holds a target above or below `target`, in one line; None when there is none. Above: by path,
+    and through every other mount of its filesystem that shows it (a bind mount shares its directories). Reads only."""
     real = target.resolve()
     for above in real.parents:
         if (holder := live_holder(above)) is not None:
             return f"target {real} is inside target {above}, {_nested_fix(holder)}"
+    for alias in aliases(real):
+        for above in alias.parents:
+            if (holder := live_holder(above)) is not None:
+                return f"target {real} is {alias}, inside target {above} (a bind mount), {_nested_fix(holder)}"
     for below in _lock_files_below(real):
         if (holder := live_holder(below)) is not None:
             return f"target {real} holds target {below}, {_nested_fix(holder)}"
