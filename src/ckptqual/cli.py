@@ -11,8 +11,10 @@ from importlib.metadata import version
 from itertools import groupby
 from pathlib import Path
 
+from ckptqual.config.outputs import check_report_dir, check_report_inputs
 from ckptqual.config.table import add_options, setting
 from ckptqual.config.values import SettingsError
+from ckptqual.faults import os_error_line
 from ckptqual.host.leftovers import NothingToClean
 from ckptqual.host.target import (
     KEPT,
@@ -174,7 +176,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     """`ckptqual report RESULTS.json [MORE.json ...] -o DIR`: figures and one self-contained HTML page."""
     from ckptqual.report.html import write_report  # matplotlib loads only for this command
 
-    page = write_report(_labelled_runs(args.results, args.label), Path(args.output))
+    output = Path(args.output)
+    check_report_dir(output, None, "-o")
+    check_report_inputs(output, [("the results file", Path(path)) for path in args.results], "-o")
+    try:
+        page = write_report(_labelled_runs(args.results, args.label), output)
+    except OSError as error:  # something put in a file's way since the check (output_file refuses it)
+        raise SettingsError(f"-o {output}: {os_error_line(error, 'write')}") from None
     print(f"ckptqual report: wrote {page} and its figures")
     return 0
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ckptqual.config.drive_file import DriveFile, load_drive_file
 from ckptqual.config.drives import DriveTarget, per_drive_path
-from ckptqual.config.outputs import check_report_dir, check_results
+from ckptqual.config.outputs import check_report_dir, check_results, check_secret
 from ckptqual.config.table import COMMAND_LINE, DEFAULT, SETTINGS, Setting, overlay, setting
 from ckptqual.config.values import SettingsError
 from ckptqual.host.guard import LOCK_FILE, RUN_MARKER, TARGET_MARKER
@@ -215,6 +215,8 @@ def _check_target_and_outputs(values: Mapping[str, Any]) -> None:
         check_results(values["results"], target)
     if values["report_dir"] is not None:
         check_report_dir(values["report_dir"], target)
+    if values["secret_file"] is not None:
+        check_secret(values["secret_file"], target)
 
 
 def _checkpoints_per_pass(values: Mapping[str, Any], sources: Mapping[str, str], plan: CheckpointPlan) -> tuple:

@@ -1,8 +1,8 @@
 """The ckptqual pytest plugin (entry point `pytest11: ckptqual`): wiring only, one module per concern."""
 
 pytest_plugins = [
-    "ckptqual.pytest_plugin.options",
     "ckptqual.pytest_plugin.junit",
+    "ckptqual.pytest_plugin.options",
     "ckptqual.pytest_plugin.drives",
     "ckptqual.pytest_plugin.run",
     "ckptqual.pytest_plugin.selection",

@@ -4,48 +4,82 @@ Jenkins display (they drop properties); the run's suite properties (verdict, its
 verdict test case.
 
 pytest offers no public way to add suite properties or `<system-out>` from a hook, so both are added to the file
-after pytest wrote it (`pytest_sessionfinish`, wrapped); the test cases themselves go through pytest's own reports."""
+after pytest wrote it (`pytest_sessionfinish`, wrapped); the test cases themselves go through pytest's own reports.
+pytest's writer follows a link and blocks on a FIFO: it writes into a private temporary directory instead, and the
+XML reaches the --junitxml path through ckptqual's own write (output_file), checked before the run."""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import sys
+import tempfile
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Generator
 from pathlib import Path
 
 import pytest
 
+from ckptqual.config.outputs import check_file
+from ckptqual.config.values import SettingsError
+from ckptqual.faults import os_error_line
 from ckptqual.limits.verdict import Overall, RunVerdict
+from ckptqual.output_file import write_file
 
 VERDICT_NODEID = "ckptqual::verdict"
 LINE_PROPERTY = "ckptqual.line"  # a test case's one line, copied into its <system-out>
 _PROPERTIES = pytest.StashKey[list[tuple[str, str]]]()
 _XML_PATH = pytest.StashKey[Path]()
+_PYTESTS_XML = pytest.StashKey[Path]()  # where pytest writes it: a file in a directory of ckptqual's own
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's junitxml plugin reads --junitxml
 def pytest_configure(config: pytest.Config) -> None:
-    """Where pytest writes the JUnit XML, resolved as pytest resolves it (before any test may change directory);
-    an xdist worker writes none."""
-    path = _xml_path(config)
-    if path is not None:
-        config.stash[_XML_PATH] = path
+    """Where the JUnit XML goes, resolved as pytest resolves it (before any test may change directory) and checked
+    (UsageError); pytest writes it into a private temporary directory. An xdist worker writes none."""
     config.stash[_PROPERTIES] = []
+    path = _xml_path(config)
+    if path is None:
+        return
+    try:
+        check_file("--junitxml", path, [], "write it elsewhere, e.g. --junitxml ./qual.xml")
+    except SettingsError as error:
+        raise pytest.UsageError(str(error)) from None
+    config.stash[_XML_PATH] = path
+    config.stash[_PYTESTS_XML] = Path(tempfile.mkdtemp(prefix="ckptqual-junit-")) / path.name
+    config.option.xmlpath = str(config.stash[_PYTESTS_XML])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Removes the private directory pytest's XML went to (and the XML, if still there)."""
+    written = config.stash.get(_PYTESTS_XML, None)
+    if written is not None:
+        with contextlib.suppress(OSError):
+            written.unlink(missing_ok=True)
+            written.parent.rmdir()
+
+
+def junit_path(config: pytest.Config) -> Path | None:
+    """Where the run's JUnit XML goes: --junitxml, absolute; None where none is written (none given, a worker)."""
+    return config.stash.get(_XML_PATH, None) or _xml_path(config)
 
 
 def _xml_path(config: pytest.Config) -> Path | None:
-    """pytest's --junitxml, resolved as pytest resolves it; None where no XML is written (none given, a worker)."""
+    """pytest's --junitxml, resolved as pytest resolves it, its last part not followed if a link; None where no XML
+    is written (none given, a worker)."""
     path = config.getoption("xmlpath", None)
     if not path or hasattr(config, "workerinput"):
         return None
-    return Path(os.path.abspath(os.path.expanduser(os.path.expandvars(path)))).resolve()
+    given = Path(os.path.abspath(os.path.expanduser(os.path.expandvars(path))))
+    return given.parent.resolve() / given.name
 
 
 def refused_junit(config: pytest.Config, refusal: str) -> None:
     """The JUnit XML of a run refused while pytest starts, before pytest writes any: its one test case, the verdict,
     failed with the refusal and its fix. Written only where it cannot land in a target: not for a refusal of the
     --junitxml path itself, nor when a --target (a directory, or a list file naming them) may hold it."""
-    junit = _xml_path(config)
+    junit = junit_path(config)
     if junit is None or "--junitxml" in refusal:
         return
     given = config.getoption("target", None) or []
@@ -64,7 +98,6 @@ def refused_junit(config: pytest.Config, refusal: str) -> None:
     ElementTree.SubElement(case, "failure", message=line).text = line
     ElementTree.SubElement(case, "system-out").text = line + "\n"
     with contextlib.suppress(OSError):  # pytest's own refusal, printed next, still says what is wrong
-        junit.parent.mkdir(parents=True, exist_ok=True)
         _write(ElementTree.ElementTree(root), junit)
 
 
@@ -115,16 +148,30 @@ def report_case(
 def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]:
     """Once pytest has written the JUnit XML: the suite properties and each case's line as its <system-out>."""
     result = yield
-    path = session.config.stash.get(_XML_PATH, None)
-    if path is not None and path.is_file():
-        amend(path, session.config.stash[_PROPERTIES])
+    config = session.config
+    path, written = config.stash.get(_XML_PATH, None), config.stash.get(_PYTESTS_XML, None)
+    if path is not None and written is not None and written.is_file():
+        tree = ElementTree.parse(written)
+        amend(tree, config.stash[_PROPERTIES])
+        try:
+            _write(tree, path)
+        except OSError as error:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+            sys.stderr.write(f"ckptqual: the JUnit XML was not written: {os_error_line(error, 'write')}\n")
+        _name_in_summary(config, written, path)
     return result
 
 
-def amend(path: Path, properties: list[tuple[str, str]]) -> None:
+def _name_in_summary(config: pytest.Config, written: Path, path: Path) -> None:
+    """pytest's junitxml plugin names the file it wrote in its summary line; it names the --junitxml path instead."""
+    for plugin in config.pluginmanager.get_plugins():
+        if getattr(plugin, "logfile", None) == str(written):
+            plugin.logfile = str(path)
+
+
+def amend(tree: ElementTree.ElementTree, properties: list[tuple[str, str]]) -> None:
     """Adds `properties` to the JUnit XML's first test suite and copies each case's LINE_PROPERTY into its
     <system-out>, before what pytest captured there."""
-    tree = ElementTree.parse(path)
     suite = tree.getroot() if tree.getroot().tag == "testsuite" else tree.getroot().find("testsuite")
     if suite is None:
         return
@@ -142,11 +189,10 @@ def amend(path: Path, properties: list[tuple[str, str]]) -> None:
             if out is None:
                 out = ElementTree.SubElement(case, "system-out")
             out.text = "".join(f"{line}\n" for line in lines) + (out.text or "")
-    _write(tree, path)
 
 
 def _write(tree: ElementTree.ElementTree, path: Path) -> None:
-    """Writes the XML beside its final name, then renames it into place: a reader never sees half of it."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tree.write(temporary, encoding="utf-8", xml_declaration=True)
-    os.replace(temporary, path)
+    """Writes the XML whole at `path`, never through a link nor over anything but a regular file of this user."""
+    buffer = io.BytesIO()
+    tree.write(buffer, encoding="utf-8", xml_declaration=True)
+    write_file(path, buffer.getvalue())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from ckptqual.config.table import SETTINGS, add_options
 from ckptqual.config.values import SettingsError
 from ckptqual.host import gpu
 from ckptqual.limits.verdict import RunVerdict
+from ckptqual.pytest_plugin.junit import junit_path
 from ckptqual.report.record import RunRecord
 from ckptqual.runs.calibration import measure_ceiling
 from ckptqual.runs.qualification import Qualification
@@ -96,8 +98,16 @@ def _resolve(config: pytest.Config) -> list[DriveRun]:
     else:
         at_once = min(len(targets), _workers(config))
         runs = [DriveRun(target.label, *resolve_drive(options, target, at_once)) for target in targets]
-    check_apart(config.getoption("xmlpath", None), [run.settings for run in runs])
+    check_apart(junit_path(config), [run.settings for run in runs], _benchmark_storage(config))
     return runs
+
+
+def _benchmark_storage(config: pytest.Config) -> Path | None:
+    """pytest-benchmark's storage directory where it is one (file://, its default), else None."""
+    uri = config.getoption("benchmark_storage", None)
+    if not isinstance(uri, str) or ("://" in uri and not uri.startswith("file://")):
+        return None
+    return Path(uri.removeprefix("file://"))
 
 
 def _workers(config: pytest.Config) -> int:

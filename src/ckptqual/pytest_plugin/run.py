@@ -41,12 +41,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARK}: a check of the ckptqual qualification suite")
     if not names_the_qualification(config):
         return
-    if config.getoption("xmlpath", None):
-        try:
-            drive_runs(config)  # pytest writes its JUnit XML even for a run refused at collection: refuse before that
-        except pytest.UsageError as refusal:
-            refused_junit(config, str(refusal))  # the XML pytest will not write: the refusal as its one case
-            raise
+    try:  # before pytest writes its JUnit XML and pytest-benchmark makes its storage (its configure is trylast)
+        drive_runs(config)
+    except pytest.UsageError as refusal:
+        refused_junit(config, str(refusal))  # the XML pytest will not write: the refusal as its one case
+        raise
     if config.getoption("numprocesses", None) and len(drive_runs(config)) < 2:
         raise pytest.UsageError(
             "the qualification runs its own rank processes on one target; run tests_qual without -n "

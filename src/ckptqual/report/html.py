@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from ckptqual import __version__
+from ckptqual.config.outputs import FIGURE_SUFFIX, REPORT_PAGE
+from ckptqual.output_file import write_file
 from ckptqual.report.extract import Run
 from ckptqual.report.figures import Drawn, draw_all
 from ckptqual.report.summary import summary_lines
 from ckptqual.report.sweep_table import sweep_lines
 from ckptqual.report.verdict import recorded_verdict
 
-PAGE = "report.html"
+PAGE = REPORT_PAGE
 _DPI = 100
 _STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;
@@ -49,14 +51,15 @@ def png(drawn: Drawn) -> bytes:
 
 
 def write_report(runs: Sequence[Run], directory: Path) -> Path:
-    """Draws every figure into `directory` (PNG files) and writes the page beside them; returns the page's path."""
+    """Draws every figure into `directory` (PNG files) and writes the page beside them, each file never through a
+    link nor over anything but a regular file of this user (output_file); returns the page's path."""
     directory.mkdir(parents=True, exist_ok=True)
     images = [(drawn, png(drawn) if drawn.figure is not None else None) for drawn in draw_all(runs)]
     for drawn, image in images:
         if image is not None:
-            (directory / f"{drawn.name}.png").write_bytes(image)
+            write_file(directory / f"{drawn.name}{FIGURE_SUFFIX}", image)
     page = directory / PAGE
-    page.write_text(render(runs, images))
+    write_file(page, render(runs, images).encode())
     return page
 
 

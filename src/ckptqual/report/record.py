@@ -4,7 +4,6 @@ beside this writer (report/schema.py): a key written here that a reader reads is
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
@@ -18,6 +17,7 @@ from ckptqual import __version__
 from ckptqual.config.run_settings import RunSettings
 from ckptqual.faults import os_error_line
 from ckptqual.io.native.status import kernels_in_use
+from ckptqual.output_file import write_file
 from ckptqual.report.mlperf import mlperf_metrics
 
 
@@ -146,15 +146,12 @@ class RunRecord:
         self.save()
 
     def save(self) -> None:
-        """Writes the JSON next to its final name, then renames it into place (never half-written)."""
+        """Writes the JSON whole (output_file: never through a link, nor over anything but a regular file of this
+        user)."""
         if self.path is None:
             return
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            temporary.write_text(json.dumps(self.data, indent=2, default=str) + "\n")
-            os.replace(temporary, self.path)
+            write_file(self.path, (json.dumps(self.data, indent=2, default=str) + "\n").encode())
             self.save_error = None
         except OSError as error:
-            with contextlib.suppress(OSError):
-                temporary.unlink(missing_ok=True)
             self.save_error = f"the results file could not be written: {os_error_line(error, 'write')}"

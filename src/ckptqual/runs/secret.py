@@ -8,10 +8,10 @@ import errno
 import os
 import secrets
 import stat
-from contextlib import suppress
 from pathlib import Path
 
 from ckptqual.faults import RunError
+from ckptqual.output_file import write_file
 
 _SECRET_BYTES = 32
 _MOST_BYTES = 256
@@ -23,34 +23,17 @@ class SecretError(RunError):
 
 
 def write_secret(path: Path) -> tuple[str, bytes]:
-    """A fresh (run id, secret), written to `path` with mode 0600: made beside it with O_CREAT|O_EXCL|O_NOFOLLOW and
-    renamed over it, so that no reader ever sees a partial or an earlier file's content under a new run."""
+    """A fresh (run id, secret), written to `path` with mode 0600 (output_file: made beside it, renamed over nothing
+    or a regular file of this user only), so that no reader ever sees a partial or an earlier file's content under a
+    new run."""
     run_id, secret = secrets.token_hex(8), secrets.token_bytes(_SECRET_BYTES)
-    temporary = f".{path.name}.{secrets.token_hex(4)}.tmp"
     try:
-        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        write_file(path, f"{run_id} {secret.hex()}\n".encode(), mode=0o600)
     except OSError as error:
-        raise SecretError(f"--secret-file {path}: its directory cannot be opened: {error.strerror}") from None
-    try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(temporary, flags, 0o600, dir_fd=directory)
-        try:
-            os.fchmod(fd, 0o600)
-            os.write(fd, f"{run_id} {secret.hex()}\n".encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(temporary, path.name, src_dir_fd=directory, dst_dir_fd=directory)
-        os.fsync(directory)
-    except OSError as error:
-        with suppress(OSError):
-            os.unlink(temporary, dir_fd=directory)
         raise SecretError(
             f"--secret-file {path}: cannot write it: {error.strerror}; give a path in a directory of yours that every "
             f"node sees, outside the target"
         ) from None
-    finally:
-        os.close(directory)
     return run_id, secret
 
 
