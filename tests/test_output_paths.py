@@ -285,3 +285,10 @@ def test_ckptqual_report_writes_its_files_as_regular_files(tmp_path):
     assert "report.html" in written and "checkpoint_times.png" in written
     assert all(stat.S_ISREG(info.st_mode) for info in written.values())
     assert json.loads(RESULTS.read_text())  # the input untouched and still JSON
+
+
+def test_benchmark_storage_must_take_files_only_where_the_run_saves_into_it():
+    run = resolve_settings({"scale": 0.0001})
+    check_apart(None, [run], Path("/proc/benchmarks"), saving=False)
+    with pytest.raises(SettingsError, match=r"--benchmark-storage /proc/benchmarks: a file cannot be created in /proc"):
+        check_apart(None, [run], Path("/proc/benchmarks"), saving=True)

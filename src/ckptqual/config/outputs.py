@@ -64,9 +64,9 @@ def check_report_dir(directory: Path, target: Path | None, option: str = "--repo
             raise SettingsError(f"{option} {directory}: {entry} {problem}; remove it, or write the report elsewhere")
 
 
-def check_directory(option: str, directory: Path, targets: Sequence[Path], fix: str) -> Path:
-    """An output directory: a directory of this user (not a link) or not there yet, outside every target, a file
-    creatable in it or in its nearest existing parent; returns it absolute."""
+def check_directory(option: str, directory: Path, targets: Sequence[Path], fix: str, writing: bool = True) -> Path:
+    """An output directory: a directory of this user (not a link) or not there yet, outside every target, and
+    (`writing`) a file creatable in it or in its nearest existing parent; returns it absolute."""
     directory = directory.absolute()
     what = f"{option} {directory}"
     mode = _mode(directory, what, fix)
@@ -76,17 +76,22 @@ def check_directory(option: str, directory: Path, targets: Sequence[Path], fix: 
         raise SettingsError(f"{what}: {problem}; give a directory of yours")
     for target in targets:
         _outside(what, directory, target, fix)
-    existing = next(parent for parent in (directory, *directory.parents) if _mode(parent, what, fix) is not None)
-    _writable(what, existing, fix)
+    if writing:
+        existing = next(parent for parent in (directory, *directory.parents) if _mode(parent, what, fix) is not None)
+        _writable(what, existing, fix)
     return directory
 
 
 def check_apart(
-    junitxml: str | os.PathLike[str] | None, runs: Sequence[RunSettings], storage: Path | None = None
+    junitxml: str | os.PathLike[str] | None,
+    runs: Sequence[RunSettings],
+    storage: Path | None = None,
+    saving: bool = False,
 ) -> None:
-    """The JUnit XML and the benchmark storage outside every target; no two output files (results, JUnit XML,
-    secret file) the same, nor one of them or of the report's files an input of the run (drive file, workload file,
-    layout plan), compared after resolving links and by inode; no results or JUnit XML in a report directory."""
+    """The JUnit XML and the benchmark storage (writable where the run `saving` saves into it) outside every target;
+    no two output files (results, JUnit XML, secret file) the same, nor one of them or of the report's files an input
+    of the run (drive file, workload file, layout plan), compared after resolving links and by inode; no results or
+    JUnit XML in a report directory."""
     targets = [run.target for run in runs if run.target is not None]
     reports = [run.report_dir for run in runs if run.report_dir is not None]
     files = [("--results", run.results.absolute()) for run in runs if run.results is not None]
@@ -95,7 +100,7 @@ def check_apart(
         check_file("--junitxml", junit, targets, "write it elsewhere, e.g. --junitxml ./qual.xml")
         files.append(("--junitxml", junit))
     if storage is not None:
-        check_directory("--benchmark-storage", storage, targets, "keep it elsewhere, e.g. file://./.benchmarks")
+        check_directory("--benchmark-storage", storage, targets, "keep it elsewhere, e.g. file://./.benchmarks", saving)
     secret = runs[0].secret_file if runs else None  # one for the whole run
     files += [("--secret-file", secret.absolute())] if secret is not None else []
     for option, path in files:

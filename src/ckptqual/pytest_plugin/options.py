@@ -98,7 +98,8 @@ def _resolve(config: pytest.Config) -> list[DriveRun]:
     else:
         at_once = min(len(targets), _workers(config))
         runs = [DriveRun(target.label, *resolve_drive(options, target, at_once)) for target in targets]
-    check_apart(junit_path(config), [run.settings for run in runs], _benchmark_storage(config))
+    saving = bool(config.getoption("benchmark_save", None) or config.getoption("benchmark_autosave", None))
+    check_apart(junit_path(config), [run.settings for run in runs], _benchmark_storage(config), saving)
     return runs
 
 
