@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 REPORT_PAGE = "report.html"  # the files a report directory receives: the page and its figures
 FIGURE_SUFFIX = ".png"
 _FILE_FIX = "give a new path or a regular file of yours"
+JUNIT_FIX = "write it elsewhere, e.g. --junitxml ./qual.xml"  # pytest makes the directories --junitxml names
 
 
 def check_results(path: Path, target: Path | None) -> None:
@@ -38,9 +39,10 @@ def check_secret(path: Path, target: Path | None) -> None:
     check_file("--secret-file", path, [target] if target else [], "give a path in a directory of yours")
 
 
-def check_file(option: str, path: Path, targets: Sequence[Path], fix: str) -> None:
-    """An output file: its directory there, nothing at `path` but a regular file of this user, outside every
-    target, a file creatable beside it. Raises SettingsError naming the path and what it is."""
+def check_file(option: str, path: Path, targets: Sequence[Path], fix: str, make_parent: bool = False) -> None:
+    """An output file: its directory there (or, where `make_parent`, its nearest existing parent), nothing at `path`
+    but a regular file of this user, outside every target, a file creatable beside it (or in that parent). Raises
+    SettingsError naming the path and what it is."""
     path = path.absolute()
     what = f"{option} {path}"
     if stat.S_ISDIR(_mode(path, what, fix) or 0):
@@ -50,6 +52,8 @@ def check_file(option: str, path: Path, targets: Sequence[Path], fix: str) -> No
     for target in targets:
         _outside(what, path, target, fix)
     parent = path.parent
+    if make_parent:
+        parent = next(above for above in path.parents if _mode(above, what, fix) is not None)
     if not stat.S_ISDIR(_mode(parent, what, fix) or 0):
         raise SettingsError(f"{what}: the directory {parent} does not exist; create it first")
     _writable(what, parent, fix)
@@ -97,7 +101,7 @@ def check_apart(
     files = [("--results", run.results.absolute()) for run in runs if run.results is not None]
     if junitxml is not None:
         junit = Path(junitxml).absolute()
-        check_file("--junitxml", junit, targets, "write it elsewhere, e.g. --junitxml ./qual.xml")
+        check_file("--junitxml", junit, targets, JUNIT_FIX, make_parent=True)
         files.append(("--junitxml", junit))
     if storage is not None:
         check_directory("--benchmark-storage", storage, targets, "keep it elsewhere, e.g. file://./.benchmarks", saving)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptqual.config.outputs import check_file
+from ckptqual.config.outputs import JUNIT_FIX, check_file
 from ckptqual.config.values import SettingsError
 from ckptqual.faults import os_error_line
 from ckptqual.limits.verdict import Overall, RunVerdict
@@ -43,7 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if path is None:
         return
     try:
-        check_file("--junitxml", path, [], "write it elsewhere, e.g. --junitxml ./qual.xml")
+        check_file("--junitxml", path, [], JUNIT_FIX, make_parent=True)
     except SettingsError as error:
         raise pytest.UsageError(str(error)) from None
     config.stash[_XML_PATH] = path
@@ -192,7 +192,9 @@ def amend(tree: ElementTree.ElementTree, properties: list[tuple[str, str]]) -> N
 
 
 def _write(tree: ElementTree.ElementTree, path: Path) -> None:
-    """Writes the XML whole at `path`, never through a link nor over anything but a regular file of this user."""
+    """Writes the XML whole at `path` (its directories made, as pytest makes them), never through a link nor over
+    anything but a regular file of this user."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     tree.write(buffer, encoding="utf-8", xml_declaration=True)
     write_file(path, buffer.getvalue())
