@@ -40,9 +40,10 @@ def entry_problem(path: Path, directory_ok: bool = False) -> str | None:
     return problem
 
 
-def write_file(path: Path, data: bytes, mode: int = 0o666) -> None:
-    """Writes `path` whole or not at all: a new file beside it (O_CREAT|O_EXCL|O_NOFOLLOW), fsynced, renamed over
-    nothing or over a regular file of this user only. Raises UnsafeOutput where anything else stands there."""
+def write_file(path: Path, data: bytes, mode: int = 0o666, sync: bool = True) -> None:
+    """Writes `path` whole or not at all: a new file beside it (O_CREAT|O_EXCL|O_NOFOLLOW), fsynced (unless not
+    `sync`), renamed over nothing or over a regular file of this user only. Raises UnsafeOutput where anything else
+    stands there."""
     directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     temporary = f".{path.name}.{secrets.token_hex(4)}.tmp"
     try:
@@ -53,7 +54,8 @@ def write_file(path: Path, data: bytes, mode: int = 0o666) -> None:
             with os.fdopen(fd, "wb") as file:
                 file.write(data)
                 file.flush()
-                os.fsync(file.fileno())
+                if sync:
+                    os.fsync(file.fileno())
             if (problem := _replaceable(directory, path.name)) is not None:
                 raise UnsafeOutput(errno.EEXIST, f"{problem}; left alone, nothing written", str(path))
             os.replace(temporary, path.name, src_dir_fd=directory, dst_dir_fd=directory)

@@ -151,7 +151,8 @@ class RunRecord:
         if self.path is None:
             return
         try:
-            write_file(self.path, (json.dumps(self.data, indent=2, default=str) + "\n").encode())
+            # not fsynced: saved while the drive is measured, perhaps on the same device, as often as a record changes
+            write_file(self.path, (json.dumps(self.data, indent=2, default=str) + "\n").encode(), sync=False)
             self.save_error = None
         except OSError as error:
             self.save_error = f"the results file could not be written: {os_error_line(error, 'write')}"
