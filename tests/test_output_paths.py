@@ -291,3 +291,10 @@ def test_benchmark_storage_must_take_files_only_where_the_run_saves_into_it():
     check_apart(None, [run], Path("/proc/benchmarks"), saving=False)
     with pytest.raises(SettingsError, match=r"--benchmark-storage /proc/benchmarks: a file cannot be created in /proc"):
         check_apart(None, [run], Path("/proc/benchmarks"), saving=True)
+
+
+def test_results_in_a_directory_reached_through_a_link_are_accepted(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    resolve_settings({"scale": 0.0001, "results": tmp_path / "link" / "r.json"})
+    assert list((tmp_path / "real").iterdir()) == []

@@ -54,8 +54,11 @@ def check_file(option: str, path: Path, targets: Sequence[Path], fix: str, make_
     parent = path.parent
     if make_parent:
         parent = next(above for above in path.parents if _mode(above, what, fix) is not None)
-    if not stat.S_ISDIR(_mode(parent, what, fix) or 0):
+    mode = _mode(parent, what, fix, follow=True)
+    if mode is None:
         raise SettingsError(f"{what}: the directory {parent} does not exist; create it first")
+    if not stat.S_ISDIR(mode):
+        raise SettingsError(f"{what}: {parent} is not a directory; {fix}")
     _writable(what, parent, fix)
 
 
@@ -159,11 +162,11 @@ def _report_entries(directory: Path) -> list[Path]:
     return [directory / name for name in sorted(names) if name == REPORT_PAGE or name.endswith(FIGURE_SUFFIX)]
 
 
-def _mode(path: Path, what: str, fix: str) -> int | None:
-    """`path`'s st_mode (not following a last link), None where nothing is there; one that cannot be examined (a
-    directory this user may not search) is refused."""
+def _mode(path: Path, what: str, fix: str, follow: bool = False) -> int | None:
+    """`path`'s st_mode (a last link followed only where `follow`), None where nothing is there; one that cannot be
+    examined (a directory this user may not search) is refused."""
     try:
-        return os.lstat(path).st_mode
+        return os.stat(path, follow_symlinks=follow).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as error:
