@@ -224,12 +224,16 @@ def test_pytests_junit_xml_reaches_its_path_through_ckptqual_and_says_where(tmp_
     test = tmp_path / "test_one.py"
     test.write_text("def test_one():\n    pass\n")
     junit = tmp_path / "out" / "q.xml"  # its directory made, as pytest makes it
+    private = tmp_path / "tmp"  # where pytest's own XML goes first, gone at the end
+    private.mkdir()
     command = [sys.executable, "-m", "pytest", str(test), "-p", "no:cacheprovider", "--junitxml", str(junit)]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    env = {**os.environ, "TMPDIR": str(private)}
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert 'name="test_one"' in junit.read_text()
     assert f"generated xml file: {junit}" in done.stdout
     assert sorted(path.name for path in junit.parent.iterdir()) == ["q.xml"]
+    assert list(private.iterdir()) == []
 
 
 # Written without following a link
