@@ -61,9 +61,9 @@ def payload_cores(data: dict[str, Any]) -> float | None:
     return MIN_GENERATOR_HEADROOM * max(rates) if rates else None
 
 
-def shared_host(rows: list[dict[str, Any]], usable_cores: int, pcie: list[dict]) -> dict[str, Any]:
+def shared_host(rows: list[dict[str, Any]], usable_cores: int, pcie: list[dict], disks: list[dict]) -> dict[str, Any]:
     """What the drives share: the generator's cores needed by the most demanding drives that ran at once, together,
-    against the usable cores, and the PCI functions (switch ports, HBAs) above two or more drives."""
+    against the usable cores, the PCI functions (switch ports, HBAs) and the disks under two or more drives."""
     at_once = max((row["drives_at_once"] for row in rows), default=1)
     needed = {row["label"]: row["payload_cores"] for row in rows}
     busiest = sorted((cores for cores in needed.values() if cores is not None), reverse=True)[:at_once]
@@ -73,6 +73,7 @@ def shared_host(rows: list[dict[str, Any]], usable_cores: int, pcie: list[dict])
         "payload_cores_needed": needed,
         "payload_cores_needed_at_once": sum(busiest),
         "pcie_shared": pcie,
+        "disks_shared": disks,
     }
 
 
@@ -122,8 +123,10 @@ def _shared_lines(shared: dict[str, Any]) -> list[str]:
         f"({MIN_GENERATOR_HEADROOM:g}x the payload CPU rate of each drive's busiest pass: {each})"
         + ("" if total <= usable else "; not enough: the passes where a drive's share fell short are INVALID")
     ]
+    for disk in shared.get("disks_shared", []):
+        lines.append(f"shared disk {disk['disk']}: {', '.join(disk['drives'])}")
     for parent in shared["pcie_shared"]:
         lines.append(f"shared PCI device {parent['pci']}, {parent['is']}: {', '.join(parent['drives'])}")
     if not shared["pcie_shared"]:
-        lines.append("shared PCI device: none under two or more drives (a tmpfs, loop or virtual device has none)")
+        lines.append("shared PCI device: none under two or more drives (a tmpfs or virtual device has none)")
     return lines
