@@ -173,8 +173,11 @@ def _labelled_runs(files: list[str], pairs: list[str] | None) -> list[Run]:
 def cmd_report(args: argparse.Namespace) -> int:
     """`ckptqual report RESULTS.json [MORE.json ...] -o DIR`: figures and one self-contained HTML page."""
     from ckptqual.report.html import write_report  # matplotlib loads only for this command
+    from ckptqual.report.labels import short_labelled
 
-    page = write_report(_labelled_runs(args.results, args.label), Path(args.output))
+    paths = [Path(file) for file in args.results]
+    runs = short_labelled([load_run(path) for path in paths], given_labels(args.label or [], paths))
+    page = write_report(runs, Path(args.output))
     print(f"ckptqual report: wrote {page} and its figures")
     return 0
 
