@@ -22,7 +22,7 @@ def built_in_run(tmp_path_factory):
     target = tmp_path_factory.mktemp("target")
     result = run_suite(*SMALL, *SMALL_SWEEP, "--layout-examples", "2", "--target", str(target), tests=ALL)
     output = result.stdout + result.stderr
-    if result.returncode and any(reason in output for reason in HOST_LIMITED):
+    if result.returncode and "INVALID" in output.splitlines()[-1] and any(r in output for r in HOST_LIMITED):
         pytest.skip(f"this host could not keep up: {output.splitlines()[-1][:300]}")
     assert result.returncode == 0, output[-4000:]
     return output

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ _SNIA = inspect.signature(steady_state).parameters  # the rule's bounds, declare
 _RANGE = _SNIA["max_range_fraction"].default
 _EXCURSION = _SNIA["max_slope_excursion_fraction"].default
 _STYLES = ("-", "--", ":", "-.")
+_LEGEND_WIDTH = 44  # characters of a legend entry's line: a long label wraps rather than squeeze the axes away
 _COLORS = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7")
 
 
@@ -43,7 +45,9 @@ def outside_legend(axes: Any, **kwargs: Any) -> None:
     """The axes' legend to the right of its plotting area, never over the data; one entry per distinct text (two
     runs' limits of the same words are one limit, drawn once in their own colours)."""
     handles, labels = axes.get_legend_handles_labels()
-    unique = dict(zip(labels, handles, strict=True))
+    unique = {
+        "\n".join(textwrap.wrap(label, _LEGEND_WIDTH)): handle for label, handle in zip(labels, handles, strict=True)
+    }
     if unique:
         options = {"fontsize": "small", "loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0}
         axes.legend(list(unique.values()), list(unique), **{**options, **kwargs})
