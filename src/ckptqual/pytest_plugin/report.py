@@ -32,8 +32,9 @@ def _write(config: pytest.Config, record: RunRecord, directory: Path, label: str
     data = json.loads(json.dumps(record.data, default=str))  # exactly what the results file holds
     try:
         from ckptqual.report.html import write_report  # matplotlib loads only when a report is asked for
+        from ckptqual.report.labels import short_labelled
 
-        page = write_report([Run(record.path or Path("run.json"), data)], directory)
+        page = write_report(short_labelled([Run(record.path or Path("run.json"), data)]), directory)
     except (OSError, ImportError) as error:
         say(config, label)(f"ckptqual: the report could not be written to {directory}: {error}")
         return

@@ -21,7 +21,7 @@ _SNIA = inspect.signature(steady_state).parameters  # the rule's bounds, declare
 _RANGE = _SNIA["max_range_fraction"].default
 _EXCURSION = _SNIA["max_slope_excursion_fraction"].default
 _STYLES = ("-", "--", ":", "-.")
-_LEGEND_WIDTH = 44  # characters of a legend entry's line: a long label wraps rather than squeeze the axes away
+_LEGEND_LINE = 80  # characters: a longer legend entry wraps rather than squeeze its axes away
 _COLORS = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7")
 
 
@@ -42,12 +42,11 @@ def _figure(width: float = 9.0, height: float = 4.2, **kwargs: Any) -> Figure:
 
 
 def outside_legend(axes: Any, **kwargs: Any) -> None:
-    """The axes' legend to the right of its plotting area, never over the data; one entry per distinct text (two
-    runs' limits of the same words are one limit, drawn once in their own colours)."""
+    """The axes' legend to the right of its plotting area, never over the data, one entry per distinct text (a limit
+    drawn over several bars is named once)."""
     handles, labels = axes.get_legend_handles_labels()
-    unique = {
-        "\n".join(textwrap.wrap(label, _LEGEND_WIDTH)): handle for label, handle in zip(labels, handles, strict=True)
-    }
+    wrapped = ["\n".join(textwrap.wrap(text, _LEGEND_LINE)) for text in labels]
+    unique = dict(zip(wrapped, handles, strict=True))
     if unique:
         options = {"fontsize": "small", "loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0}
         axes.legend(list(unique.values()), list(unique), **{**options, **kwargs})
@@ -198,7 +197,7 @@ def restore_times(runs: Sequence[Run]) -> Drawn:
     name, title = "restore", "Restore time (cold read, every byte verified)"
     if not any(run.data.get("restore") for run in runs):
         return Drawn(name, title, None, "no restore was recorded")
-    figure = _figure(7.0, 4.0)
+    figure = _figure(7.0 if len(runs) == 1 else 9.0, 4.0)
     axes = figure.add_subplot()
     width, offsets = _bar_offsets(len(runs), min(0.8, 0.3 * len(runs)))
     for index, run in enumerate(runs):
