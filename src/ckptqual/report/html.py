@@ -127,12 +127,12 @@ def _tag(drawn: Drawn) -> None:
     assert figure is not None
     texts = [figure._suptitle] if figure._suptitle is not None else []
     legends = list(figure.legends)
-    for axes in figure.axes:
+    for panel, axes in enumerate(figure.axes):
         texts += [axes.title, axes._left_title, axes._right_title]
         legends += [axes.get_legend()] if axes.get_legend() is not None else []
         data = [*axes.lines, *axes.patches, *axes.collections, *axes.images]
         for index, artist in enumerate(data):
-            artist.set_gid(f"{name}-data-{id(axes)}-{index}")
+            artist.set_gid(f"{name}-data-{panel}-{index}")
     for index, text in enumerate(t for t in texts if t.get_text()):
         text.set_gid(f"{name}-title-{index}")
     for index, legend in enumerate(legends):
