@@ -16,6 +16,7 @@ from ckptqual.cli import main
 from ckptqual.report.extract import Run, load_run
 from ckptqual.report.figures import draw_all
 from ckptqual.report.html import PAGE, write_report
+from ckptqual.report.side_by_side import draw_side_by_side
 from suite_runs import SMALL, run_suite
 
 RESULTS = Path(__file__).parent / "data" / "results"
@@ -80,7 +81,8 @@ def test_the_page_is_self_contained(runs, tmp_path):
     html = page.read_text()
     drawn = [d for d in draw_all(runs) if d.figure is not None]
     assert sorted(p.name for p in page.parent.iterdir()) == sorted([PAGE, *(f"{d.name}.png" for d in drawn)])
-    assert html.count('src="data:image/png;base64,') == len(drawn)
+    side = [d for d in draw_side_by_side(runs) if d.figure is not None]
+    assert html.count('<svg role="img"') == len(drawn) + len(side)  # every figure inline, its text as text
     assert not re.search(r"""(src|href)=["']?(https?:|//|file:)""", html)
     assert "<script" not in html and "<link" not in html
 

@@ -5,14 +5,14 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from ckptqual.faults import RunError
-from ckptqual.limits.limits import MIN_JUDGED_BYTES
+from ckptqual.limits.limits import MIN_JUDGED_BYTES, Outcome
 from ckptqual.plan.planfile import dump_plan
 from ckptqual.plan.strategies import describe_plan, note_plan
 
 pytestmark = [pytest.mark.qualification, pytest.mark.part("layouts")]
 
 
-def test_shard_layouts(qualification, layout_strategy, verdict, say):
+def test_shard_layouts(qualification, layout_strategy, verdict, say, pytestconfig):
     """Each generated layout reads back byte for byte and keeps its throughput against a regular twin; the first
     is one large enough to judge, so that even one example measures something."""
     run = qualification.settings
@@ -42,15 +42,18 @@ def test_shard_layouts(qualification, layout_strategy, verdict, say):
     if not judged:
         raise RunError(f"none of the {len(results)} layouts had 16 MiB or more: nothing to judge", "not-run")
     worst_plan, worst = min(judged, key=lambda pair: pair[1].ratio)
-    say(
-        f"ckptqual: slowest layout {worst.example} (ratio {worst.ratio:.2f}): {describe_plan(worst_plan)}"
-        f"\nckptqual: to replay it, save this plan to a file and pass --layout-plan FILE:\n"
-        f"{dump_plan(worst_plan)}"
-    )
     verdict.judge(
         [("layout_throughput_ratio", worst.ratio, "ratio")],
         example=worst.example,
         examples=len(results),
         seed=run.layout_seed,
     )
+    slowest = f"ckptqual: slowest layout {worst.example} (ratio {worst.ratio:.2f})"
+    if pytestconfig.get_verbosity() > 0 or verdict.findings.conclusion().outcome is not Outcome.PASS:
+        say(
+            f"{slowest}: {describe_plan(worst_plan)}\n"
+            f"ckptqual: to replay it, save this plan to a file and pass --layout-plan FILE:\n{dump_plan(worst_plan)}"
+        )
+    else:
+        say(f"{slowest}; -v prints its plan, to replay it")
     verdict.conclude()

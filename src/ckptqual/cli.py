@@ -175,12 +175,15 @@ def _labelled_runs(files: list[str], pairs: list[str] | None) -> list[Run]:
 def cmd_report(args: argparse.Namespace) -> int:
     """`ckptqual report RESULTS.json [MORE.json ...] -o DIR`: figures and one self-contained HTML page."""
     from ckptqual.report.html import write_report  # matplotlib loads only for this command
+    from ckptqual.report.labels import short_labelled
 
     output = Path(args.output)
     check_report_dir(output, None, "-o")
     check_report_inputs(output, [("the results file", Path(path)) for path in args.results], "-o")
+    paths = [Path(file) for file in args.results]
+    runs = short_labelled([load_run(path) for path in paths], given_labels(args.label or [], paths))
     try:
-        page = write_report(_labelled_runs(args.results, args.label), output)
+        page = write_report(runs, output)
     except OSError as error:  # something put in a file's way since the check (output_file refuses it)
         raise SettingsError(f"-o {output}: {os_error_line(error, 'write')}") from None
     print(f"ckptqual report: wrote {page} and its figures")

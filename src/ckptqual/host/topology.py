@@ -1,5 +1,6 @@
-"""Which PCI device several drives share: the PCIe switch port or HBA above them, from sysfs paths alone (e.g.
-/sys/devices/pci0000:00/0000:00:1c.0/0000:02:00.0/nvme/nvme1/nvme1n1: nvme1n1 sits below 0000:00:1c.0)."""
+"""Which hardware several drives share: the PCIe switch port or HBA above them, from sysfs paths alone (e.g.
+/sys/devices/pci0000:00/0000:00:1c.0/0000:02:00.0/nvme/nvme1/nvme1n1: nvme1n1 sits below 0000:00:1c.0), and the
+disk under them, loop devices followed to the disk under their backing files."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ckptqual.host.identity import SYS
+from ckptqual.host.device_bytes import DEV, Unresolved, devices_under
+from ckptqual.host.identity import PROC, SYS
 
 _PCI_FUNCTION = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
@@ -39,3 +41,28 @@ def shared_parents(devices: Mapping[str, Sequence[str]], sys_root: Path = SYS) -
         for function, labels in sorted(shared.items())
         if not any(shared.get(lower) == labels for lower in deeper[function])
     ]
+
+
+def disks_under(path: Path, *, sys_root: Path = SYS, proc_root: Path = PROC, dev_root: Path = DEV) -> list[str]:
+    """The whole disks holding the files under `path`, through partitions, md/dm members and loop devices' backing
+    files (host.device_bytes' walk); none where that cannot be told (a tmpfs, a path that is gone)."""
+    try:
+        names = devices_under(path, sys_root=sys_root, proc_root=proc_root, dev_root=dev_root).names
+    except (OSError, Unresolved):
+        return []
+    return list(dict.fromkeys(_whole_disk(name, sys_root) for name in names))
+
+
+def _whole_disk(name: str, sys_root: Path) -> str:
+    """The disk a partition belongs to, else the device itself."""
+    block = sys_root / "class" / "block" / name
+    return block.resolve().parent.name if (block / "partition").exists() else name
+
+
+def shared_disks(disks: Mapping[str, Sequence[str]]) -> list[dict[str, object]]:
+    """Each disk under two or more drives (`disks`: drive label -> the disks under it, see disks_under)."""
+    above: dict[str, set[str]] = {}
+    for label, names in disks.items():
+        for name in names:
+            above.setdefault(name, set()).add(label)
+    return [{"disk": disk, "drives": sorted(labels)} for disk, labels in sorted(above.items()) if len(labels) > 1]

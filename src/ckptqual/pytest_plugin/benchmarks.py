@@ -113,7 +113,12 @@ def comparison_lines(saved: list[dict[str, Any]], now: dict[str, dict[str, Any]]
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> Generator[None, None, None]:
-    """After pytest-benchmark's table: the rates compared; a regression it raises becomes one failing line."""
+    """After pytest-benchmark's table: the rates compared; a regression it raises becomes one failing line. The
+    table itself is shown for -v or a comparison: a plain qualification ends with the summary and the verdict."""
+    benchmarks = getattr(config, "_benchmarksession", None)
+    asked = config.get_verbosity() > 0 or config.getoption("benchmark_compare", None)
+    if benchmarks is not None and _records(config) and not asked:
+        benchmarks.quiet = True
     regression = None
     try:
         yield

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ckptqual.host.topology import shared_parents
+from ckptqual.host.topology import disks_under, shared_disks, shared_parents
 from ckptqual.limits.verdict import RunVerdict, combined_verdict
 from ckptqual.pytest_plugin.drives import INDEX, gathered_rows
 from ckptqual.pytest_plugin.junit import report_health, report_verdict
@@ -30,8 +31,7 @@ def report_drives(session: pytest.Session, runs: list[DriveRun], interruption: s
         report_health(config, row["health"], row["label"])
         report_verdict(session, verdicts[row["label"]], row["label"])
     run_verdict = combined_verdict(verdicts)
-    pcie = shared_parents({row["label"]: row["devices"] for row in rows})
-    shared = shared_host(rows, len(os.sched_getaffinity(0)), pcie)
+    shared = shared_host(rows, len(os.sched_getaffinity(0)), *shared_hardware(rows))
     index = drives_index(rows, shared, run_verdict.to_dict())
     config.stash[INDEX] = index
     results = config.getoption("results")
@@ -41,3 +41,11 @@ def report_drives(session: pytest.Session, runs: list[DriveRun], interruption: s
         record.save()
     report_verdict(session, run_verdict)
     return run_verdict
+
+
+def shared_hardware(rows: list[dict[str, Any]]) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """The PCI functions and the disks under two or more drives: each drive's devices as its identity names them and
+    the disks under its target, loop devices followed to the disk under their backing files."""
+    disks = {row["label"]: disks_under(Path(str(row["target"]))) for row in rows}
+    pcie = shared_parents({row["label"]: [*row["devices"], *disks[row["label"]]] for row in rows})
+    return pcie, shared_disks(disks)

@@ -122,6 +122,7 @@ def report_verdict(session: pytest.Session, verdict: RunVerdict, label: str | No
     suite_property(session.config, f"{name}.basis", "; ".join(verdict.basis))
     qualified = verdict.overall == "QUALIFIED"
     location = ("ckptqual", None, f"ckptqual verdict{suffix}")
+    session.testscollected += 1  # a case of its own: counted, so that the progress counter ends at 100 %
     properties = [(name, str(verdict.overall)), (LINE_PROPERTY, verdict.line())]
     report_case(session, VERDICT_NODEID + suffix, location, "call", None if qualified else verdict.line(), properties)
 

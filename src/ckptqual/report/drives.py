@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ckptqual.report.headlines import headline_key, headlines
 from ckptqual.report.summary import table
 from ckptqual.runs.fill import MIN_GENERATOR_HEADROOM
 
@@ -28,6 +29,8 @@ def drive_row(label: str, data: dict[str, Any], unjudged: str | None = None) -> 
         "payload_cores": payload_cores(data),
         "health": data.get("health", {}).get("message"),
         "drives_at_once": settings.get("drives_at_once", 1),
+        "mount": data.get("drive", {}).get("mount_point"),
+        "figures": {headline_key(h): [h.mean, h.unit] for h in headlines(data)},
     }
 
 
@@ -61,9 +64,9 @@ def payload_cores(data: dict[str, Any]) -> float | None:
     return MIN_GENERATOR_HEADROOM * max(rates) if rates else None
 
 
-def shared_host(rows: list[dict[str, Any]], usable_cores: int, pcie: list[dict]) -> dict[str, Any]:
+def shared_host(rows: list[dict[str, Any]], usable_cores: int, pcie: list[dict], disks: list[dict]) -> dict[str, Any]:
     """What the drives share: the generator's cores needed by the most demanding drives that ran at once, together,
-    against the usable cores, and the PCI functions (switch ports, HBAs) above two or more drives."""
+    against the usable cores, the PCI functions (switch ports, HBAs) and the disks under two or more drives."""
     at_once = max((row["drives_at_once"] for row in rows), default=1)
     needed = {row["label"]: row["payload_cores"] for row in rows}
     busiest = sorted((cores for cores in needed.values() if cores is not None), reverse=True)[:at_once]
@@ -73,6 +76,7 @@ def shared_host(rows: list[dict[str, Any]], usable_cores: int, pcie: list[dict])
         "payload_cores_needed": needed,
         "payload_cores_needed_at_once": sum(busiest),
         "pcie_shared": pcie,
+        "disks_shared": disks,
     }
 
 
@@ -89,6 +93,7 @@ def drives_lines(index: dict[str, Any]) -> list[str]:
     passes = sorted({s for row in rows for s in row["outcomes"] if s.startswith("pass ")}, key=lambda s: int(s[5:]))
     headers = ["drive", "target", *passes, "restore", "sweep", "layouts", "verdict"]
     lines = table(headers, [_row_cells(row, passes) for row in rows])
+    lines += figures_lines(rows)
     for row in rows:
         reasons = row["verdict"]["reasons"]
         if row["verdict"]["overall"] != "QUALIFIED" and reasons:
@@ -96,6 +101,21 @@ def drives_lines(index: dict[str, Any]) -> list[str]:
     lines += [f"{row['label']}: results {row['results']}" for row in rows if row["results"]]
     lines += _shared_lines(index["shared_host"])
     return [*lines, f"verdict over {len(rows)} drives: {index['verdict']['overall']}"]
+
+
+def figures_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The drives' headline figures side by side: one row per figure, one column per drive, named by its label and
+    mount point; none where no drive measured anything."""
+    figures = [row.get("figures") or {} for row in rows]
+    names = list(dict.fromkeys(name for found in figures for name in found))
+    if not names:
+        return []
+    headers = ["figure", *(f"{row['label']} ({row['mount']})" if row.get("mount") else row["label"] for row in rows)]
+    cells = [
+        [name, *(f"{found[name][0]:.3g} {found[name][1]}" if name in found else "-" for found in figures)]
+        for name in names
+    ]
+    return ["", *table(headers, cells)]
 
 
 def _row_cells(row: dict[str, Any], passes: list[str]) -> list[str]:
@@ -122,8 +142,10 @@ def _shared_lines(shared: dict[str, Any]) -> list[str]:
         f"({MIN_GENERATOR_HEADROOM:g}x the payload CPU rate of each drive's busiest pass: {each})"
         + ("" if total <= usable else "; not enough: the passes where a drive's share fell short are INVALID")
     ]
+    for disk in shared.get("disks_shared", []):
+        lines.append(f"shared disk {disk['disk']}: {', '.join(disk['drives'])}")
     for parent in shared["pcie_shared"]:
         lines.append(f"shared PCI device {parent['pci']}, {parent['is']}: {', '.join(parent['drives'])}")
     if not shared["pcie_shared"]:
-        lines.append("shared PCI device: none under two or more drives (a tmpfs, loop or virtual device has none)")
+        lines.append("shared PCI device: none under two or more drives (a tmpfs or virtual device has none)")
     return lines

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ _SNIA = inspect.signature(steady_state).parameters  # the rule's bounds, declare
 _RANGE = _SNIA["max_range_fraction"].default
 _EXCURSION = _SNIA["max_slope_excursion_fraction"].default
 _STYLES = ("-", "--", ":", "-.")
+_LEGEND_LINE = 80  # characters: a longer legend entry wraps rather than squeeze its axes away
 _COLORS = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7")
 
 
@@ -37,6 +39,17 @@ def _figure(width: float = 9.0, height: float = 4.2, **kwargs: Any) -> Figure:
     figure = Figure(figsize=(width, height), layout="constrained", **kwargs)
     FigureCanvasAgg(figure)
     return figure
+
+
+def outside_legend(axes: Any, **kwargs: Any) -> None:
+    """The axes' legend to the right of its plotting area, never over the data, one entry per distinct text (a limit
+    drawn over several bars is named once)."""
+    handles, labels = axes.get_legend_handles_labels()
+    wrapped = ["\n".join(textwrap.wrap(text, _LEGEND_LINE)) for text in labels]
+    unique = dict(zip(wrapped, handles, strict=True))
+    if unique:
+        options = {"fontsize": "small", "loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0}
+        axes.legend(list(unique.values()), list(unique), **{**options, **kwargs})
 
 
 def _bar_offsets(count: int, group: float = 0.8) -> tuple[float, list[float]]:
@@ -65,7 +78,7 @@ def checkpoint_times(runs: Sequence[Run]) -> Drawn:
             xs = [starts[number] + i + offsets[index] for i in range(len(checkpoints))]
             label = run.label if number == numbers[0] else None
             axes.bar(xs, [c["seconds"] for c in checkpoints], width, color=color, label=label)
-        _time_limits(axes, run, starts, per_pass, color)
+        _time_limits(axes, run, starts, per_pass, color, f" of {run.label}" if len(runs) > 1 else "")
     ticks = [starts[n] + i for n in numbers for i in range(per_pass[n])]
     axes.set_xticks(ticks, [str(i + 1) for n in numbers for i in range(per_pass[n])])
     for number in numbers:
@@ -79,7 +92,7 @@ def checkpoint_times(runs: Sequence[Run]) -> Drawn:
     axes.set_xlabel("checkpoint of the pass", labelpad=18)
     axes.set_ylabel(axis_label(name))
     axes.set_title(title)
-    axes.legend(fontsize="small")
+    outside_legend(axes)
     return Drawn(name, title, figure)
 
 
@@ -99,9 +112,10 @@ def _limited_on(figure: str) -> dict[str, Measurement]:
     return {row.name: row for row in drawn_on(figure) if row.limited}
 
 
-def _time_limits(axes: Any, run: Run, starts: dict[int, int], per_pass: dict[int, int], color: str) -> None:
+def _time_limits(axes: Any, run: Run, starts: dict[int, int], per_pass: dict[int, int], color: str, whose: str) -> None:
     """Each pass's limits on the measurements the table draws here, as a time per checkpoint: a duration as it is,
-    a throughput as the time one checkpoint of the run's size takes at that rate."""
+    a throughput as the time one checkpoint of the run's size takes at that rate; `whose` names the run among
+    several (a relative limit is a different time for each)."""
     checkpoint_bytes = run.data.get("plan", {}).get("total_bytes", 0)
     drawn = _limited_on("checkpoint_times")
     shown: set[str] = set()
@@ -113,7 +127,7 @@ def _time_limits(axes: Any, run: Run, starts: dict[int, int], per_pass: dict[int
         seconds = _as_seconds(entry, row, checkpoint_bytes)
         if seconds is None:
             continue
-        text = f"limit: {entry['limit']} ({entry['measurement']})"
+        text = f"limit{whose}: {entry['limit']} ({entry['measurement']})"
         left = starts[number] - 0.45
         axes.hlines(
             seconds,
@@ -169,7 +183,7 @@ def steady_window(runs: Sequence[Run]) -> Drawn:
         f"<= {_RANGE:.0%}), dashed: fitted line (excursion <= {_EXCURSION:.0%})"
     )
     axes.text(0.01, 0.02, note, transform=axes.transAxes, fontsize="x-small")
-    axes.legend(fontsize="small")
+    outside_legend(axes)
     return Drawn(name, title, figure)
 
 
@@ -183,7 +197,7 @@ def restore_times(runs: Sequence[Run]) -> Drawn:
     name, title = "restore", "Restore time (cold read, every byte verified)"
     if not any(run.data.get("restore") for run in runs):
         return Drawn(name, title, None, "no restore was recorded")
-    figure = _figure(7.0, 4.0)
+    figure = _figure(7.0 if len(runs) == 1 else 9.0, 4.0)
     axes = figure.add_subplot()
     width, offsets = _bar_offsets(len(runs), min(0.8, 0.3 * len(runs)))
     for index, run in enumerate(runs):
@@ -196,7 +210,8 @@ def restore_times(runs: Sequence[Run]) -> Drawn:
             for entry in limits_of(run.data, row.name):
                 seconds = _as_seconds(entry, row, restored[0]["bytes"]) if restored else None
                 if seconds is not None:
-                    label = f"limit: {entry['limit']} ({row.name})"
+                    whose = f" of {run.label}" if len(runs) > 1 else ""
+                    label = f"limit{whose}: {entry['limit']} ({row.name})"
                     axes.axhline(seconds, color=color, linestyle="--", linewidth=1.2, label=label)
     count = max(len(run.data.get("restore", [])) for run in runs)
     labels = [f"checkpoint {r['checkpoint']}" for r in max((run.data.get("restore", []) for run in runs), key=len)]
@@ -204,7 +219,7 @@ def restore_times(runs: Sequence[Run]) -> Drawn:
     axes.set_xlim(-0.75, count - 0.25)
     axes.set_ylabel(axis_label(name))
     axes.set_title(title)
-    axes.legend(fontsize="small")
+    outside_legend(axes)
     return Drawn(name, title, figure)
 
 
@@ -253,7 +268,7 @@ def sweep_lines(runs: Sequence[Run]) -> Drawn:
         axes.set_ylabel(axis_label(name))
         axes.set_title(transfer)
         axes.set_ylim(bottom=0)
-        axes.legend(fontsize="x-small", title="block size", title_fontsize="x-small")
+        outside_legend(axes, fontsize="x-small", title="block size", title_fontsize="x-small")
     figure.suptitle(title)
     return Drawn(name, title, figure)
 
@@ -340,14 +355,14 @@ def layout_ratios(runs: Sequence[Run]) -> Drawn:
             for entry in limits_of(run.data, row.name):
                 bound = limit_in(entry, row.unit)
                 if bound is not None:
-                    axes.axhline(bound, color=color, linestyle="--", linewidth=1.2, label=f"limit: {entry['limit']}")
+                    axes.axhline(bound, color="black", linestyle="--", linewidth=1.2, label=f"limit: {entry['limit']}")
     axes.axhline(1.0, color="grey", linewidth=0.8)
     count = max(len(run.data.get("layouts", [])) for run in runs)
     axes.set_xticks(range(count), [str(i) for i in range(count)])
     axes.set_xlabel("layout (hatched: under 16 MiB, verified but not judged)")
     axes.set_ylabel(axis_label(name))
     axes.set_title(title, fontsize="medium")
-    axes.legend(fontsize="small")
+    outside_legend(axes)
     return Drawn(name, title, figure)
 
 
@@ -386,7 +401,7 @@ def device_timeseries(runs: Sequence[Run]) -> Drawn:
         _marks(panels, series.get("marks", []), color, shade=len(recorded) == 1)
     for axes, text in zip(panels, ("write MB/s", "read MB/s", "CPU %", "memory GB"), strict=True):
         axes.set_ylabel(text)
-        axes.legend(fontsize="x-small", loc="upper right")
+        outside_legend(axes, fontsize="x-small")
     memory_axes.set_xlabel("seconds since sampling began")
     write_axes.set_title(title + " (phases shaded, checkpoint ends dotted)")
     return Drawn(name, title, figure)

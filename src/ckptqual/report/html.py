@@ -4,7 +4,6 @@ no external file: it opens offline and from a mail attachment."""
 
 from __future__ import annotations
 
-import base64
 import io
 import time
 from collections.abc import Iterable, Sequence
@@ -12,13 +11,18 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+
 from ckptqual import __version__
 from ckptqual.config.outputs import FIGURE_SUFFIX, REPORT_PAGE
 from ckptqual.output_file import write_file
 from ckptqual.report.extract import Run
 from ckptqual.report.figures import Drawn, draw_all
+from ckptqual.report.labels import IDENTITY_HEADERS, identity_rows
+from ckptqual.report.side_by_side import draw_side_by_side, headline_table
 from ckptqual.report.summary import summary_lines
 from ckptqual.report.sweep_table import sweep_lines
+from ckptqual.report.trend import one_model, over_time
 from ckptqual.report.verdict import recorded_verdict
 
 PAGE = REPORT_PAGE
@@ -32,6 +36,8 @@ table{border-collapse:collapse;margin:.5em 0 1em;font-size:.9em}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.85em}
+pre.summary{white-space:pre-wrap;overflow-wrap:anywhere;overflow-x:visible}
+figure svg{max-width:100%;height:auto;border:1px solid #eee}
 .verdict{display:inline-block;padding:.25em .8em;border-radius:.3em;font-weight:bold;color:#fff}
 .QUALIFIED,.PASS{background:#2e7d32}.MARGINAL{background:#f9a825}.INCOMPLETE,.SKIPPED,.MEASURED,.NOT_RUN{background:#757575}
 .FAIL,.NOT_QUALIFIED,.NOT_STEADY,.ERROR,.INTERRUPTED{background:#c62828}.INVALID{background:#6a1b9a}
@@ -72,10 +78,12 @@ def render(runs: Sequence[Run], images: Sequence[tuple[Drawn, bytes | None]]) ->
         + ", ".join(f"<code>{escape(str(run.path))}</code>" for run in runs)
         + ".</p>",
         _section("Verdict", runs, _verdict),
+        *_side_by_side(runs),
+        *_over_time(runs),
         _section("Drive identity", runs, _identity),
         _section("Drive health before and after the run", runs, _health),
         "<h2>Figures</h2>",
-        *(_figure(drawn, image) for drawn, image in images),
+        *(_figure(drawn) for drawn, _ in images),
         _section("Summary", runs, _summary),
         _section("Measurements and verdicts", runs, _measurements, side_by_side=False),
         _section("Limits and their sources", runs, _limits, side_by_side=False),
@@ -103,14 +111,65 @@ def _badge(word: str, css: str = "verdict") -> str:
     return f'<span class="{css} {escape(word.replace(" ", "_"))}">{escape(word)}</span>'
 
 
-def _figure(drawn: Drawn, image: bytes | None) -> str:
-    if image is None:
+def svg(drawn: Drawn) -> str:
+    """The figure as inline SVG, its text kept as text (a browser lays it out, a reader can search and copy it),
+    with its titles, legends and plotted data tagged by id (`<figure name>-title-`, `-legend-`, `-data-`)."""
+    assert drawn.figure is not None
+    _tag(drawn)
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": drawn.name}):
+        drawn.figure.savefig(buffer, format="svg", dpi=_DPI)
+    text = buffer.getvalue()
+    start = text.index("<svg")
+    return f'<svg role="img" aria-label="{escape(drawn.title)}"' + text[start + len("<svg") :]
+
+
+def _tag(drawn: Drawn) -> None:
+    """Gives the figure's titles, legends and plotted data ids that name what they are."""
+    figure, name = drawn.figure, drawn.name
+    assert figure is not None
+    texts = [figure._suptitle] if figure._suptitle is not None else []
+    legends = list(figure.legends)
+    for panel, axes in enumerate(figure.axes):
+        texts += [axes.title, axes._left_title, axes._right_title]
+        legends += [axes.get_legend()] if axes.get_legend() is not None else []
+        data = [*axes.lines, *axes.patches, *axes.collections, *axes.images]
+        for index, artist in enumerate(data):
+            artist.set_gid(f"{name}-data-{panel}-{index}")
+    for index, text in enumerate(t for t in texts if t.get_text()):
+        text.set_gid(f"{name}-title-{index}")
+    for index, legend in enumerate(legends):
+        legend.set_gid(f"{name}-legend-{index}")
+
+
+def _figure(drawn: Drawn) -> str:
+    if drawn.figure is None:
         return f'<h3>{escape(drawn.title)}</h3><p class="missing">{escape(drawn.missing or "not drawn")}</p>'
-    uri = "data:image/png;base64," + base64.b64encode(image).decode("ascii")
-    return (
-        f'<figure id="{escape(drawn.name)}"><img src="{uri}" alt="{escape(drawn.title)}">'
-        f"<figcaption>{escape(drawn.title)}</figcaption></figure>"
-    )
+    return f'<figure id="{escape(drawn.name)}">{svg(drawn)}<figcaption>{escape(drawn.title)}</figcaption></figure>'
+
+
+def _side_by_side(runs: Sequence[Run]) -> list[str]:
+    """Two or more runs: their identities, the headline figures with the ratio to the first run, and the bars and
+    heatmaps that compare them; nothing for one run."""
+    if len(runs) < 2:
+        return []
+    headers, rows = headline_table(runs)
+    figures = [_figure(drawn) for drawn in draw_side_by_side(runs)]
+    return [
+        '<h2 id="side-by-side">Drives side by side</h2>',
+        _table(IDENTITY_HEADERS, identity_rows(runs)),
+        "<h3>Headline figures (mean of each; ratio to the first run)</h3>",
+        _table(headers, rows),
+        *figures,
+    ]
+
+
+def _over_time(runs: Sequence[Run]) -> list[str]:
+    """Many runs of one drive model: each headline figure over time; nothing otherwise."""
+    if not one_model(runs):
+        return []
+    drawn = over_time(runs)
+    return ['<h2 id="over-time">Results over time</h2>', _figure(drawn)]
 
 
 def _table(headers: Iterable[str], rows: Iterable[Iterable[Any]]) -> str:
@@ -238,7 +297,7 @@ def _summary(data: dict[str, Any]) -> str:
     text = "\n".join(summary_lines(data))
     if "sweep" in data:
         text += "\n\nread sweep:\n" + "\n".join(sweep_lines(data["sweep"]))
-    return f"<pre>{escape(text)}</pre>"
+    return f'<pre class="summary">{escape(text)}</pre>'
 
 
 def _context(context: dict[str, Any]) -> str:

@@ -277,6 +277,7 @@ SHARED_HOST = record(
         "payload_cores_needed": mapping(nullable(NUMBER)),
         "payload_cores_needed_at_once": NUMBER,
         "pcie_shared": array(record({"drives": array(STRING)}, ("pci", "is", "drives"))),
+        "disks_shared": array(record({"drives": array(STRING)}, ("disk", "drives"))),
     },
     ("usable_cores", "drives_at_once", "payload_cores_needed", "payload_cores_needed_at_once", "pcie_shared"),
 )
