@@ -27,6 +27,7 @@ from ckptqual.limits.verdict import UNCOUNTED, Findings, Overall, overall_verdic
 from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
 from ckptqual.report.verdict import record_basis
 from ckptqual.runs.pool import RankPool
+from suite_runs import junit_cases, lenient_drive, results, run_suite
 
 BLKIO = Path("/sys/fs/cgroup/blkio")
 WRITE_BPS, READ_BPS = 100_000_000, 150_000_000
@@ -305,3 +306,59 @@ def locked(path: Path) -> Iterator[None]:
         yield
     finally:
         libc.munmap(ctypes.c_void_p(address), ctypes.c_size_t(size))  # unlocks it too
+
+
+ABOVE_THE_THROTTLE = """
+[[limit]]
+name = "fill_throughput"
+min = 0.5
+unit = "GB/s"
+source = "test: five times the loop device's write throttle"
+"""
+
+
+@pytest.fixture
+def throttled_in_memory(tmpfs, tmp_path) -> Iterator[Path]:
+    """A loop-mounted ext4 whose image lies in a tmpfs (so its device bytes cannot be counted), throttled by blkio to
+    100 MB/s write and 150 MB/s read; skips where cgroup v1 blkio is missing."""
+    if not (BLKIO / "blkio.throttle.write_bps_device").exists():
+        pytest.skip(f"cgroup v1 blkio is missing here ({BLKIO}): a drive cannot be throttled")
+    image, point = tmpfs("size=300m") / "ext4.img", tmp_path / "throttled"
+    point.mkdir()
+    subprocess.run(["truncate", "-s", "280M", str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
+    if subprocess.run(["mount", "-o", "loop", str(image), str(point)]).returncode:
+        pytest.skip("cannot loop-mount an ext4 image here (needs root and loop devices)")
+    numbers = subprocess.run(["findmnt", "-n", "-o", "MAJ:MIN", str(point)], capture_output=True, text=True)
+    try:
+        throttle(numbers.stdout.strip(), WRITE_BPS, READ_BPS)
+        yield point
+    finally:
+        throttle(numbers.stdout.strip(), 0, 0)
+        subprocess.run(["umount", str(point)], check=True)
+
+
+def test_the_suite_records_every_figures_waits_and_names_uncountable_device_bytes(throttled_in_memory, tmp_path):
+    drive = lenient_drive(tmp_path / "above.toml", "throttled loop in memory", extra_limits=ABOVE_THE_THROTTLE)
+    record, junit = tmp_path / "results.json", tmp_path / "q.xml"
+    args = ["--workload", "llama3-8b", "--scale", "0.0003", "--checkpoints-per-pass", "2", "--passes", "1"]
+    done = run_suite(
+        *args, "--drive", str(drive), "--target", str(throttled_in_memory), "--results", str(record),
+        "--junitxml", str(junit), "--restore-checkpoints", "1", tests=("test_fill.py", "test_restore.py"),
+    )  # fmt: skip
+    data = results(record)
+    figures = [*data["checkpoints"], *data["restore"], *data["passes"]]
+    assert figures and all(isinstance(figure["host"]["wait_share"], float) for figure in figures), figures
+    assert all(figure["host"]["threads_run_s"] > 0 for figure in figures)
+    judged = next(m for m in data["measurements"] if m["limit_value"] == 0.5)
+    assert judged["waits"].startswith("threads of ranks waited ")
+    bound = data["passes"][0]["host_bound"]
+    assert judged["outcome"] == ("INVALID" if bound else "FAIL"), judged  # above the throttle: never met
+    assert data["verdict"]["overall"] == ("INVALID" if bound else "NOT QUALIFIED"), data["verdict"]
+    assert "(device bytes not counted: " in judged["message"]
+    uncounted = next(phrase for phrase in data["verdict"]["basis"] if phrase.startswith(UNCOUNTED))
+    assert uncounted.startswith(f"{UNCOUNTED} (raw write, raw read, fill checkpoints, restores): ")
+    line = junit_cases(junit)["test_fill_pass[1]"]["properties"]["ckptqual.line"]
+    assert "fill_throughput" in line and "[threads of ranks waited " in line, line
+    waits = "CPU waits (the figures' own threads waiting for a CPU, share of their time; host-bound above 25%)"
+    assert f"{waits}: pass 1 " in done.stdout, done.stdout[-3000:]
