@@ -219,7 +219,7 @@ def test_busy_loops_on_every_core_leave_a_throttled_drive_judged_and_a_limit_abo
     for kind, throttle_bps in (("fill", WRITE_BPS), ("restore", READ_BPS)):
         fair = [rate for k, rate, host, _ in judged if k == kind and host.wait_share <= MAX_WAIT_SHARE]
         assert fair, f"no {kind} figure was judged: {shown}"
-        assert max(fair) >= 0.85 * throttle_bps / 1e6, shown  # the drive's rate, not the host's
+        assert max(fair) >= (0.8 if kind == "fill" else 0.9) * throttle_bps / 1e6, shown  # the drive's, not the host's
     assert {outcome for _, _, host, outcome in judged if host.wait_share <= MAX_WAIT_SHARE} == {Outcome.FAIL}, shown
     assert overall(judged) is Overall.NOT_QUALIFIED, shown
 
