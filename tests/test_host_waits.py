@@ -211,7 +211,7 @@ def test_busy_loops_on_every_core_leave_a_throttled_drive_judged_and_a_limit_abo
             "of busy loops alone cannot be shown"
         )
     cpus = sorted(os.sched_getaffinity(0))
-    with busy_loops(cpus), RankPool(2, seed=5, timeout_s=300, sampler=HostSampler(throttled)) as pool:
+    with RankPool(2, seed=5, timeout_s=300, sampler=HostSampler(throttled)) as pool, busy_loops(cpus):
         judged = verdicts(figures(pool, throttled, rounds=2))
     shown = [(kind, f"{rate:.1f} MB/s", f"CPUs {host.cpu_busy:.0%}", f"waits {host.wait_share:.0%}") for kind, rate,
              host, _ in judged]  # fmt: skip
@@ -226,13 +226,12 @@ def test_busy_loops_on_every_core_leave_a_throttled_drive_judged_and_a_limit_abo
 
 def test_ranks_sharing_one_core_with_a_busier_process_are_host_bound_and_a_failing_limit_invalid(throttled):
     cpu = sorted(os.sched_getaffinity(0))[0]
-    mine = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {cpu})  # the ranks inherit it
-    try:
-        with busy_loops([cpu], nice=-10), RankPool(2, seed=5, timeout_s=300, sampler=HostSampler(throttled)) as pool:
+    with RankPool(2, seed=5, timeout_s=300, sampler=HostSampler(throttled)) as pool:
+        for pid in pool.pids:  # every thread of each rank, on one core; the other cores stay as they are
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                os.sched_setaffinity(int(task.name), {cpu})
+        with busy_loops([cpu], nice=-10):
             judged = verdicts(figures(pool, throttled, rounds=1))
-    finally:
-        os.sched_setaffinity(0, mine)
     shown = [(kind, f"{rate:.1f} MB/s", f"waits {host.wait_share:.0%}") for kind, rate, host, _ in judged]
     assert all(host.wait_share > MAX_WAIT_SHARE for _, _, host, _ in judged), shown
     assert all(outcome is Outcome.INVALID for *_, outcome in judged), shown
