@@ -12,7 +12,7 @@ import pytest
 from ckptqual.host.beneath import RunTree
 from ckptqual.host.device_bytes import DeviceBytes, devices_of, devices_under, parse_stat
 from ckptqual.host.gpu import HostGpu
-from ckptqual.limits.cache_served import MIN_DEVICE_SHARE, cache_served_reason
+from ckptqual.limits.cache_served import MIN_DEVICE_SHARE, OTHER_IO, cache_served_reason
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.runs.baseline import measure_baseline
 from ckptqual.runs.fill import FillCampaign
@@ -73,7 +73,8 @@ def test_a_loop_device_resolves_to_the_disk_under_its_backing_file(loop_ext4, tm
     assert devices.not_countable is None and not devices.names[0].startswith("loop")
     (backing,) = devices.backing_files
     assert (backing.path, backing.device, backing.inode) == (str(image), image.stat().st_dev, image.stat().st_ino)
-    assert devices.evict_below() == (f"{backing.loop}'s backing file {image} evicted",)
+    evicted = f"{backing.loop}'s backing file {image} evicted (mincore finds under 5% of it in memory)"
+    assert devices.evict_below() == (evicted,)
 
 
 @needs_losetup
@@ -146,8 +147,9 @@ def test_a_raw_read_from_the_cached_backing_file_of_a_loop_device_is_invalid(loo
 def test_a_raw_read_with_the_layer_below_evicted_is_read_by_the_disk(loop_ext4, tmp_path):
     baseline = _raw_read(loop_ext4("256M"), evict_below=True)
     (read,) = baseline.device["read"]
-    assert read.device_bytes >= read.suite_bytes == 64 * MB and baseline.invalid() == {}
-    assert read.layer_below[0].endswith("evicted")
+    assert read.device_bytes >= read.suite_bytes == 64 * MB
+    assert all(OTHER_IO in why for why in baseline.invalid().values())  # other work on this shared disk adds
+    assert read.layer_below[0].endswith("evicted (mincore finds under 5% of it in memory)")
     assert baseline.to_dict()["device"]["read"][0]["devices"] == devices_under(tmp_path).names
 
 
@@ -166,13 +168,16 @@ def test_a_checkpoint_whose_fsynced_bytes_never_reached_the_disk_is_invalid(loop
         result = campaign.run_pass(1)
     counts = [checkpoint.device for checkpoint in result.checkpoints]
     assert {(c.direction, c.suite_bytes) for c in counts} == {("written", 200 * MB)}
-    if barrier:
-        assert all(c.device_bytes >= c.suite_bytes for c in counts) and result.invalid_reason() is None
+    reasons = [cache_served_reason(f"checkpoint {c.checkpoint}", c.device) for c in result.checkpoints]
+    if barrier:  # other writers on this shared disk can only add: such a checkpoint is other I/O, never a cache's
+        assert all(c.device_bytes >= c.suite_bytes for c in counts)
+        assert all(reason is None or OTHER_IO in reason for reason in reasons), reasons
     else:
         short = [c for c in result.checkpoints if c.device.device_bytes < MIN_DEVICE_SHARE * c.device.suite_bytes]
         assert short, [c.device_bytes for c in counts]
-        assert result.invalid_reason() == cache_served_reason(f"checkpoint {short[0].checkpoint}", short[0].device)
-        assert "bytes of the 200,000,000 bytes the suite wrote and fsynced" in result.invalid_reason()
+        assert result.invalid_reason() in reasons and result.invalid_reason() is not None
+        shown = cache_served_reason(f"checkpoint {short[0].checkpoint}", short[0].device)
+        assert "bytes of the 200,000,000 bytes the suite wrote and fsynced" in shown
 
 
 @needs_losetup
@@ -194,7 +199,8 @@ def test_a_sweep_cell_from_the_cached_backing_file_is_invalid_and_from_the_disk_
     device = record["device"]
     assert device["suite_bytes"] == 64 * 2**20 and record["settings"]["direct_io"] is True
     if evict_below:
-        assert device["device_bytes"] >= device["suite_bytes"] and record["invalid_reason"] is None
+        assert device["device_bytes"] >= device["suite_bytes"]
+        assert record["invalid_reason"] is None or OTHER_IO in record["invalid_reason"]  # other work on this disk
     else:
         assert device["device_bytes"] < MIN_DEVICE_SHARE * device["suite_bytes"]
         assert record["invalid_reason"].startswith("sweep cell cpu-only-1M-4: the devices under the target")

@@ -216,7 +216,8 @@ def test_the_profile_writes_ten_checkpoints_then_reads_the_ten_back_cold(profile
     result, out = profile_run
     data = results(out / "results.json")
     verdict = data["verdict"]
-    host_limited = verdict["overall"] == "INVALID" and all("was the bottleneck" in r for r in verdict["reasons"])
+    limited = ("was the bottleneck", "the drive served other I/O")  # the host, or other work on its disk
+    host_limited = verdict["overall"] == "INVALID" and all(any(w in r for w in limited) for r in verdict["reasons"])
     assert verdict["overall"] == "QUALIFIED" or host_limited, result.stdout[-3000:]
     assert [c["checkpoint"] for c in data["checkpoints"]] == list(range(10))
     assert [r["checkpoint"] for r in data["restore"]] == list(range(10))  # oldest first, as DLIO reads them

@@ -31,21 +31,27 @@ def cached_bytes(tree: RunTree, path: Path) -> tuple[int, int]:
     """(bytes of the file in the page cache, file size), from mincore(2) over a private mapping."""
     fd = tree.open(path, os.O_RDONLY)
     try:
-        size = os.fstat(fd).st_size
-        if size == 0:
-            return 0, 0
-        pages = (size + _PAGE - 1) // _PAGE
-        vector = (ctypes.c_ubyte * pages)()
-        with mmap.mmap(fd, size, access=mmap.ACCESS_COPY) as mapped:
-            window = (ctypes.c_char * size).from_buffer(mapped)
-            try:
-                status = _libc.mincore(ctypes.c_void_p(ctypes.addressof(window)), ctypes.c_size_t(size), vector)
-            finally:
-                del window
+        return resident_bytes(fd, str(path))
     finally:
         os.close(fd)
+
+
+def resident_bytes(fd: int, name: str) -> tuple[int, int]:
+    """(bytes of the open file `fd` in memory, file size), from mincore(2) over a private mapping; `name` names it
+    in an error."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return 0, 0
+    pages = (size + _PAGE - 1) // _PAGE
+    vector = (ctypes.c_ubyte * pages)()
+    with mmap.mmap(fd, size, access=mmap.ACCESS_COPY) as mapped:
+        window = (ctypes.c_char * size).from_buffer(mapped)
+        try:
+            status = _libc.mincore(ctypes.c_void_p(ctypes.addressof(window)), ctypes.c_size_t(size), vector)
+        finally:
+            del window
     if status != 0:
-        raise OSError(ctypes.get_errno(), f"mincore failed on {path}")
+        raise OSError(ctypes.get_errno(), f"mincore failed on {name}")
     resident = int(np.count_nonzero(np.frombuffer(vector, dtype=np.uint8) & 1))
     return min(resident * _PAGE, size), size
 

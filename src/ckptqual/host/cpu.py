@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from ckptqual.host.waits import Waits
 
 # /proc/stat columns after the name: user nice system idle iowait irq softirq steal (guest is inside user).
 _IDLE_COLUMNS = (3, 4)
@@ -22,7 +25,9 @@ _COUNTED_COLUMNS = 8
 @dataclass(frozen=True)
 class HostUse:
     """A timed region's use of the host: `work_cpu_s` user+system CPU seconds of the working processes over
-    `wall_s`, on `cores` usable cores that were `cpu_busy` busy (0-1), and the drive's busy share (None: unknown)."""
+    `wall_s`, on `cores` usable cores that were `cpu_busy` busy (0-1), and the drive's busy share (None: unknown);
+    and the working processes' own threads (host.waits): seconds on a CPU, seconds runnable but waiting for one, the
+    largest share of its time any one process's threads waited, and seconds blocked on block I/O (None: not kept)."""
 
     wall_s: float
     work_cpu_s: float
@@ -30,6 +35,24 @@ class HostUse:
     cpu_busy: float
     device: str | None
     device_busy: float | None
+    threads_run_s: float | None = None
+    threads_wait_s: float | None = None
+    wait_share: float | None = None
+    io_blocked_s: float | None = None
+
+    def waited(self, waits: Iterable[Waits]) -> HostUse:
+        """This use with the waits of the working processes, one Waits each (none: unchanged)."""
+        waits = list(waits)
+        if not waits:
+            return self
+        blocked = [w.io_blocked_s for w in waits]
+        return replace(
+            self,
+            threads_run_s=sum(w.run_s for w in waits),
+            threads_wait_s=sum(w.wait_s for w in waits),
+            wait_share=max(w.wait_share for w in waits),
+            io_blocked_s=None if None in blocked else sum(blocked),  # type: ignore[arg-type]
+        )
 
     @property
     def work_cores(self) -> float:
@@ -218,6 +241,7 @@ def combined(uses: list[HostUse]) -> HostUse:
     wall = sum(use.wall_s for use in uses)
     known = [use for use in uses if use.device_busy is not None]
     known_wall = sum(use.wall_s for use in known)
+    waited = all(use.wait_share is not None for use in uses)
     return HostUse(
         wall_s=wall,
         work_cpu_s=sum(use.work_cpu_s for use in uses),
@@ -225,7 +249,16 @@ def combined(uses: list[HostUse]) -> HostUse:
         cpu_busy=sum(use.cpu_busy * use.wall_s for use in uses) / wall if wall > 0 else 0.0,
         device=uses[0].device,
         device_busy=sum(use.device_busy * use.wall_s for use in known) / known_wall if known_wall > 0 else None,
+        threads_run_s=_total([use.threads_run_s for use in uses]),
+        threads_wait_s=_total([use.threads_wait_s for use in uses]),
+        wait_share=sum(use.wait_share * use.wall_s for use in uses) / wall if waited and wall > 0 else None,
+        io_blocked_s=_total([use.io_blocked_s for use in uses]),
     )
+
+
+def _total(values: list[float | None]) -> float | None:
+    """The sum, or None where any is unknown."""
+    return None if None in values else sum(values)  # type: ignore[arg-type]
 
 
 def at_once(uses: list[tuple[str, HostUse]]) -> HostUse:
@@ -243,6 +276,10 @@ def at_once(uses: list[tuple[str, HostUse]]) -> HostUse:
         cpu_busy=busiest.cpu_busy,
         device=drive.device,
         device_busy=drive.device_busy,
+        threads_run_s=_total([use.threads_run_s for _, use in uses]),
+        threads_wait_s=_total([use.threads_wait_s for _, use in uses]),
+        wait_share=max((use.wait_share for _, use in uses if use.wait_share is not None), default=None),
+        io_blocked_s=_total([use.io_blocked_s for _, use in uses]),
     )
 
 

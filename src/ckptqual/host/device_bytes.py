@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ckptqual.host.cache import resident_bytes
 from ckptqual.host.identity import PROC, SYS, block_dir, block_of, mount_of
 
 SECTOR_BYTES = 512  # the block layer counts 512-byte sectors whatever the device's block size
 DEV = Path("/dev")
+MAX_RESIDENT_SHARE = 0.05  # of a backing file still in memory after eviction: not evicted (as the cold reads allow)
 _LOOP_GET_STATUS64 = 0x4C05
 _LOOP_INFO64 = struct.Struct("=QQQQQIIII64s64s32s2Q")  # struct loop_info64: lo_device and lo_inode come first
 
@@ -50,7 +52,8 @@ class BackingFile:
 
     def evict(self) -> str:
         """Writes back and drops the file's cached pages (opened O_RDONLY|O_NOFOLLOW, and only if it is still the
-        loop device's file); one line saying what was done or why not."""
+        loop device's file), then asks mincore how much stayed (locked pages do); one line saying what was done or
+        why not."""
         name = f"{self.loop}'s backing file {self.path}"
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -62,11 +65,17 @@ class BackingFile:
                 return f"{name} could not be evicted: the path now names another file than the loop device reads"
             os.fdatasync(fd)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            resident, size = resident_bytes(fd, self.path)
         except OSError as error:
             return f"{name} could not be evicted: {error.strerror}"
         finally:
             os.close(fd)
-        return f"{name} evicted"
+        if resident > MAX_RESIDENT_SHARE * size:
+            return (
+                f"{name} could not be evicted: {resident:,} of its {size:,} bytes stayed in memory (mincore; "
+                f"pages locked in memory stay)"
+            )
+        return f"{name} evicted (mincore finds under {MAX_RESIDENT_SHARE:.0%} of it in memory)"
 
 
 @dataclass(frozen=True)

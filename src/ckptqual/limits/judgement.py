@@ -36,6 +36,7 @@ class Judgement:
     limit_number: int | None = None
     host_bound: str | None = None  # why the figure measured the host's CPUs (see limits.host_bound), if it did
     relative_to: str | None = None  # the baseline the judging limit divides by, if it is relative
+    waits: str | None = None  # what the figure's own threads waited for (limits.host_bound.waits_text), if measured
 
     @property
     def outcome(self) -> str:
@@ -55,7 +56,8 @@ class Judgement:
         where = ", ".join(f"{key}={value}" for key, value in self.context.items())
         raw = f"{self.value:.4g} {self.unit} = " if self.relative_to else ""
         comparison = f"{raw}{measured} {unit} {relation} {limit} {unit}{word}"
-        return f"{self.measurement} {comparison}" + (f" ({where})" if where else "")
+        waits = f" [{self.waits}]" if self.waits else ""
+        return f"{self.measurement} {comparison}" + (f" ({where})" if where else "") + waits
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -67,6 +69,7 @@ class Judgement:
             "limit": self.limit,
             "limit_number": self.limit_number,
             "host_bound": self.host_bound,
+            "waits": self.waits,
         }
         if self.verdict:
             data |= {
@@ -88,13 +91,15 @@ def judge(
     scale: float,
     host_bound: str | None = None,
     served_baselines: Mapping[str, str] | None = None,
+    waits: str | None = None,
 ) -> list[Judgement]:
     """The judgements of one measured value under every one of `limits` that applies to it; a figure that was
     host-bound for `host_bound` keeps only the verdicts its bound decides, the others are INVALID, and so is every
-    verdict relative to a baseline of `served_baselines` (baseline -> why a cache served it)."""
+    verdict relative to a baseline of `served_baselines` (baseline -> why a cache served it); `waits` says what the
+    figure's own threads waited for."""
     applying = limits_for(limits, measurement, context)
     if not applying:
-        return [Judgement(measurement, value, unit, context, host_bound=host_bound)]
+        return [Judgement(measurement, value, unit, context, host_bound=host_bound, waits=waits)]
     return [
         Judgement(
             measurement,
@@ -111,6 +116,7 @@ def judge(
             limit.number,
             host_bound,
             limit.relative_to,
+            waits,
         )
         for limit in applying
     ]

@@ -165,11 +165,13 @@ def verdict_basis(
     steady_states: Mapping[str, Mapping[str, Any]],
     fill_passes: int,
     require_steady_state: bool,
+    uncounted: str | None = None,
 ) -> tuple[str, ...]:
     """What the verdict rests on, from whether each declared limit (by number) is relative to a raw baseline, the
     judged measurements (results `measurements`), the SNIA states by pass (results `steady_state`) and the number of
     fill passes run: every judged limit relative; the last steady-state check (none: one pass) not reached where the
-    drive file does not require it; a host-bound figure whose verdict was kept because it met its minimum."""
+    drive file does not require it; a host-bound figure whose verdict was kept because it met its minimum; and, last,
+    `uncounted`: which figures' device bytes could not be counted, and why (`uncounted_basis`)."""
     judged = [m for m in measurements if m.get("limit_number") is not None and m.get("outcome") != "MEASURED"]
     kinds = [relative[m["limit_number"]] for m in judged if m["limit_number"] in relative]
     last = steady_states[max(steady_states, key=int)] if steady_states else None
@@ -178,7 +180,25 @@ def verdict_basis(
         STEADY_NOT_REQUIRED: fill_passes > 0 and not require_steady_state and not (last and last.get("reached")),
         HOST_BOUND_KEPT: any(m.get("host_bound") and m.get("outcome") in _KEPT for m in judged),
     }
-    return tuple(phrase for phrase in BASIS_ORDER if applies[phrase])
+    return tuple(phrase for phrase in BASIS_ORDER if applies[phrase]) + ((uncounted,) if uncounted else ())
+
+
+UNCOUNTED = "device bytes not counted"
+
+
+def uncounted_basis(regions: Iterable[tuple[str, Mapping[str, Any] | None]]) -> str | None:
+    """The basis phrase for timed regions (name, results `device` entry) whose device bytes could not be counted:
+    `device bytes not counted (fill checkpoints, restores): why`; None where every region was counted."""
+    names: dict[str, None] = {}
+    reasons: dict[str, None] = {}
+    for name, device in regions:
+        if device and device.get("not_countable"):
+            names[name] = None
+            reasons[device["not_countable"]] = None
+    if not names:
+        return None
+    why = "; ".join(reasons)
+    return f"{UNCOUNTED} ({', '.join(names)}): {why}, so those figures rest on the page-cache checks alone"
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,21 @@ def when(condition: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
 
 
 OPTIONAL_TEXT = nullable(STRING)
-HOST_FIGURES = {"cpu_s_per_GB": nullable(NUMBER), "host_bound": OPTIONAL_TEXT}
+# What a timed figure's own threads did (host.waits; limits.host_bound judges `wait_share`): seconds on a CPU,
+# runnable but waiting for one, the largest share of a process's time its threads waited, blocked on block I/O.
+HOST_USE = record(
+    {
+        "wall_s": NUMBER,
+        "work_cpu_s": NUMBER,
+        "cpu_busy": NUMBER,
+        "threads_run_s": nullable(NUMBER),
+        "threads_wait_s": nullable(NUMBER),
+        "wait_share": nullable(NUMBER),
+        "io_blocked_s": nullable(NUMBER),
+    },
+    ("wall_s", "work_cpu_s", "cpu_busy"),
+)
+HOST_FIGURES = {"cpu_s_per_GB": nullable(NUMBER), "host_bound": OPTIONAL_TEXT, "host": nullable(HOST_USE)}
 # A rank's share of a checkpoint: a rank that moved bytes took time to do it (its rate divides by it).
 RANK = record(
     {"bytes": NUMBER, "done_s": NUMBER},
@@ -222,6 +236,7 @@ MEASUREMENT = record(
         "limit_value": nullable(NUMBER),
         "judged_value": nullable(NUMBER),
         "host_bound": OPTIONAL_TEXT,
+        "waits": OPTIONAL_TEXT,
         "limit_number": nullable(INTEGER),
     },
     ("measurement", "value", "unit", "outcome"),

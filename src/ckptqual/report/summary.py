@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ckptqual.limits.ceiling import Ceiling
+from ckptqual.limits.host_bound import MAX_WAIT_SHARE
 from ckptqual.limits.measurements import Measurement, Taken, field, taken_at
 from ckptqual.report.mlperf import mlperf_lines, mlperf_metrics
 from ckptqual.report.verdict import recorded_verdict
@@ -124,7 +125,18 @@ def _cpu_lines(data: dict[str, Any]) -> list[str]:
     if not shown:
         return []
     lines = [f"CPU seconds per GB (user+system of the working processes): {', '.join(shown)}"]
+    lines += _wait_lines(phases)
     return lines + [f"  {name}: {entry['host_bound']}" for name, entry in phases if entry.get("host_bound")]
+
+
+def _wait_lines(phases: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """How long each figure's own threads waited for a CPU, as the share of its time that judges it host-bound."""
+    waits = [(name, (entry.get("host") or {}).get("wait_share")) for name, entry in phases]
+    shown = [f"{name} {share:.0%}" for name, share in waits if share is not None]
+    if not shown:
+        return []
+    rule = f"host-bound above {MAX_WAIT_SHARE:.0%}"
+    return [f"CPU waits (the figures' own threads waiting for a CPU, share of their time; {rule}): {', '.join(shown)}"]
 
 
 def _device_lines(data: dict[str, Any]) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ckptqual.limits.measurements import is_relative
-from ckptqual.limits.verdict import RunVerdict, verdict_basis
+from ckptqual.limits.verdict import RunVerdict, uncounted_basis, verdict_basis
 
 
 def recorded_verdict(data: dict[str, Any]) -> RunVerdict | None:
@@ -27,4 +27,16 @@ def record_basis(data: dict[str, Any]) -> tuple[str, ...]:
     }
     required = bool(data.get("settings", {}).get("require_steady_state"))
     steady = data.get("steady_state") or {}
-    return verdict_basis(relative, data.get("measurements", []), steady, len(data.get("passes", [])), required)
+    uncounted = uncounted_basis(device_regions(data))
+    passes = len(data.get("passes", []))
+    return verdict_basis(relative, data.get("measurements", []), steady, passes, required, uncounted)
+
+
+def device_regions(data: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
+    """Every timed region of a record by kind (raw baseline, fill checkpoints, restores, sweep cells), with what the
+    devices under the target moved meanwhile (its `device` entry)."""
+    baseline = data.get("baseline", {}).get("device", {})
+    regions = [(f"raw {kind}", count) for kind, rounds in baseline.items() for count in rounds]
+    regions += [("fill checkpoints", c.get("device")) for c in data.get("checkpoints", [])]
+    regions += [("restores", r.get("device")) for r in data.get("restore", [])]
+    return regions + [("sweep cells", c.get("device")) for c in data.get("sweep", {}).get("cells", [])]

@@ -12,7 +12,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from ckptqual.host.target import DriveIdentity, Target, identify, open_target
 from ckptqual.io.lanes import share_of
 from ckptqual.limits.ceiling import drive_share
 from ckptqual.limits.health import check_health
+from ckptqual.limits.host_bound import waits_text
 from ckptqual.limits.judgement import Judgement, judge
 from ckptqual.limits.measurements import MEASUREMENTS, Taken, field, in_recorded_unit, taken_at
 from ckptqual.limits.steady import SteadyState, steady_state
@@ -60,6 +61,8 @@ class Qualification:
         self.identity: DriveIdentity = identify(self.target.path)
         self._finished = False
         self._host_bound: dict[str, str] = {}  # measurement -> why its figure about to be judged was host-bound
+        self._uncounted: dict[str, str] = {}  # measurement -> why its figure's device bytes could not be counted
+        self._waits: dict[str, str] = {}  # measurement -> what its figure's own threads waited for (host.waits)
         self.devices = device_bytes.devices_under(self.target.path)  # whose counters show the target's real I/O
         self.served_baselines: dict[str, str] = {}  # baseline -> why a cache served it (limits.cache_served)
         events.started({"path": str(self.target.path), "run_dir": str(self.run_dir)}, self.identity.to_dict())
@@ -175,9 +178,13 @@ class Qualification:
         finally:
             self.events.fill_ended(number)  # done, failed or interrupted
         self.events.fill_pass(result.to_dict(), time.monotonic() - started)
+        devices = [c.device for c in result.checkpoints if c.device is not None]
+        uncounted = next((device.not_countable for device in devices if device.not_countable), None)
         for name, _, _ in fill_measurements(result):
             self._host_bound.pop(name, None)
             self.host_bound_figure(name, result.host_bound_reason())
+            self._uncounted[name] = uncounted
+            self._waits[name] = waits_text(result.host)
         return result
 
     def _early_stop(self, number: int) -> EarlyStop | None:
@@ -239,6 +246,8 @@ class Qualification:
         result = RestoreResult(checkpoint, *figures, host=timing.host, nodes=timing.node_figures(), device=device)
         self.events.restore(result.to_dict())
         self.host_bound_figure("restore_throughput", result.host_bound_reason())
+        self._uncounted["restore_throughput"] = device.not_countable
+        self._waits["restore_throughput"] = waits_text(result.host)
         return result
 
     def _failed(self, error: RunError) -> RunError:
@@ -283,8 +292,10 @@ class Qualification:
                 settings.scale,
                 self._host_bound.pop(name, None),
                 self.served_baselines,
+                self._waits.get(name),
             )
         ]
+        judgements = [uncounted_named(j, self._uncounted.get(j.measurement)) for j in judgements]
         self.events.judged([j.to_dict() for j in judgements])
         return judgements
 
@@ -324,6 +335,14 @@ class Qualification:
             return
         self.events.judged([judgement.to_dict() for judgement in checked.judgements])
         self.events.health({"before": self.health_before, "after": after, **checked.record})
+
+
+def uncounted_named(judgement: Judgement, why: str | None) -> Judgement:
+    """A judged figure whose device bytes could not be counted (`why`; None: they were) says so in its message."""
+    if why is None or judgement.verdict is None:
+        return judgement
+    message = f"{judgement.verdict.message} (device bytes not counted: {why})"
+    return replace(judgement, verdict=replace(judgement.verdict, message=message))
 
 
 def fill_measurements(result: PassResult) -> list[tuple[str, float, str]]:

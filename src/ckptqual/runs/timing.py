@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptqual.host.cpu import HostSampler, HostUse, Mark
+from ckptqual.host.waits import Waits
 from ckptqual.plan.model import RankPlan
 
 
@@ -124,4 +125,5 @@ def host_use(sampler: HostSampler, replies: list[dict[str, Any]]) -> HostUse:
     """The host's use over the ranks' common timed region: from the first rank's start to the last rank's end."""
     first: Mark = min((r["marks"][0] for r in replies), key=lambda mark: mark.wall)
     last: Mark = max((r["marks"][1] for r in replies), key=lambda mark: mark.wall)
-    return sampler.use(first, last, sum(r["cpu_s"] for r in replies))
+    use = sampler.use(first, last, sum(r["cpu_s"] for r in replies))
+    return use.waited(Waits.from_dict(r["waits"]) for r in replies if "waits" in r)

@@ -130,6 +130,9 @@ class Either(Schema):
 
 RUN_ID = Schema(lambda v: type(v) is str and 0 < len(v) <= 64 and v.isalnum(), "a run id of letters and digits")
 _MARK = Record({"wall": real(), "cpu": ListOf(integer(0), 2, exact=True), "io_ms": maybe(integer(0))})
+_WAITS = Record(
+    {"elapsed_s": real(), "run_s": real(), "wait_s": real(), "io_blocked_s": maybe(real()), "threads": integer(0)}
+)
 _SAMPLER = Record({"cpus": ListOf(integer(0), 1 << 16), "stat": maybe(text(4096)), "device": maybe(text(256))})
 _TENSOR = Record({"name": text(4096), "numel": integer(0), "dtype": one_of(DTYPE_BYTES)})
 _FILE = Record({"path": text(4096), "tensors": ListOf(_TENSOR, 1 << 20)})
@@ -144,8 +147,9 @@ _DONE = Record(
         "marks": ListOf(_MARK, 2, exact=True),
         "torch_load_sampled": integer(0, 1),
         "torch_load_sampled_s": real(),
+        "waits": _WAITS,
     },
-    optional=("torch_load_sampled", "torch_load_sampled_s"),
+    optional=("torch_load_sampled", "torch_load_sampled_s", "waits"),
 )
 _FAILED = Record(
     {

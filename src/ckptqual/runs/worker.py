@@ -16,6 +16,7 @@ from typing import Any
 
 from ckptqual.faults import RunError, fault_of_errno, os_error_line
 from ckptqual.host.beneath import PlantedEntry
+from ckptqual.host.waits import between, own_threads
 from ckptqual.io.engines.base import IntegrityError, RankIO
 from ckptqual.io.lanes import use as use_lanes
 from ckptqual.io.payload import PayloadGenerator
@@ -66,13 +67,14 @@ def run_task(io: RankIO, task: Task, barrier: Any) -> dict[str, Any]:
     try:
         barrier.wait()
         with task.run_root().open() as io.tree:  # opened untimed, before the common start
-            first = task.sampler.mark()
+            first, threads = task.sampler.mark(), own_threads()
             cpu_start = time.process_time()
             moved = _OPERATIONS[task.op](io, task)
             cpu_s = time.process_time() - cpu_start
+            waits = between(threads, own_threads(), time.monotonic() - first.wall)  # host.waits: who waited for what
             last = task.sampler.mark()
             reply = {"start": first.wall, "end": last.wall, "bytes": moved, "payload_cpu_s": io.payload_cpu_s}
-            reply |= {"cpu_s": cpu_s, "marks": (first, last)}
+            reply |= {"cpu_s": cpu_s, "marks": (first, last), "waits": waits.to_dict()}
             return reply | (_AFTER_TIMING[task.op](io, task) if task.op in _AFTER_TIMING else {})
     except Exception as error:
         return _failure_reply(error, io.stage)

@@ -21,6 +21,7 @@ from ckptqual.host import device_bytes
 from ckptqual.host.cpu import HostSampler, HostUse, own_cpu_s
 from ckptqual.host.device_bytes import DeviceBytes, Devices
 from ckptqual.host.gpu import HostGpu
+from ckptqual.host.waits import ThreadWatch
 from ckptqual.io.readers import make_reader
 from ckptqual.io.readers.base import CellReader, CheckBlock, Pending, Reader, ReadError, ReadShape
 from ckptqual.limits.cache_served import cache_served_reason
@@ -175,9 +176,10 @@ class SweepRun:
         def read() -> None:
             check = self.files.check if self.verify == "all" else None
             with device_bytes.counted(self.devices) as count:
-                start, cpu_start = self.sampler.mark(), own_cpu_s()
+                start, cpu_start, watch = self.sampler.mark(), own_cpu_s(), ThreadWatch()
                 box["run"] = run_cell(reader, cell, self._starts, self.config.file_bytes, check_block=check)
-                box["host"] = self.sampler.use(start, self.sampler.mark(), own_cpu_s() - cpu_start)
+                waits = watch.stop()  # the reading threads' own waits for a CPU (limits.host_bound)
+                box["host"] = self.sampler.use(start, self.sampler.mark(), own_cpu_s() - cpu_start).waited([waits])
             box["device"] = count.of(box["run"].bytes, "read", layer_below=box["below"])
 
         runner(read, setup)
