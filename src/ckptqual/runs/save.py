@@ -35,19 +35,20 @@ def write_checkpoint_files(io: RankIO, task: Task) -> int:
     engine = make_engine(task.options["engine"])
     directory, plan = Path(task.directory), task.plan
     paths = [directory / spec.path for spec in plan.files]
-    io.stage = "mkdir"
+    io.begin("mkdir")
     for parent in sorted({directory} | {path.parent for path in paths}):
         with io.directory(parent, create=True):
             pass
-    io.stage = "write"
+    io.begin("write")
     for index, (path, spec) in enumerate(zip(paths, plan.files, strict=True)):
         try:
             engine.write(path, spec, index, io)
         except OSError as error:
             raise on_path(error, path) from None
-    io.stage = "fsync"
+    io.begin("fsync")
     for path in paths:
         fsync_path(io, path)
+    io.begin("commit")
     for parent in directories_to_sync(directory, [spec.path for spec in plan.files]):
         fsync_directory(io, parent)
     return plan.nbytes

@@ -134,6 +134,8 @@ _SAMPLER = Record({"cpus": ListOf(integer(0), 1 << 16), "stat": maybe(text(4096)
 _TENSOR = Record({"name": text(4096), "numel": integer(0), "dtype": one_of(DTYPE_BYTES)})
 _FILE = Record({"path": text(4096), "tensors": ListOf(_TENSOR, 1 << 20)})
 _OPTIONS = Record({"engine": text(64), "bytes_per_rank": integer(0)}, optional=("engine", "bytes_per_rank"))
+_PHASE_NAMES = (*OPERATIONS, "mkdir", "fsync", "commit")  # the stages a rank times (RankIO.begin)
+_PHASES = Record({name: real() for name in _PHASE_NAMES}, optional=_PHASE_NAMES)
 _DONE = Record(
     {
         "start": real(),
@@ -144,8 +146,9 @@ _DONE = Record(
         "marks": ListOf(_MARK, 2, exact=True),
         "torch_load_sampled": integer(0, 1),
         "torch_load_sampled_s": real(),
+        "phases": _PHASES,
     },
-    optional=("torch_load_sampled", "torch_load_sampled_s"),
+    optional=("torch_load_sampled", "torch_load_sampled_s", "phases"),
 )
 _FAILED = Record(
     {

@@ -1,0 +1,116 @@
+"""A training cadence on real filesystems: compute intervals kept between checkpoints, asynchronous saves whose waits
+follow the drive's rate, and a checkpoint's phases adding up to its time."""
+
+import itertools
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ckptqual.plan.footprint import checkpoint_footprint_bytes
+from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.runs.cadence import Cadence
+from ckptqual.runs.fill import FillCampaign
+from ckptqual.runs.pool import RankPool
+
+THROTTLE = Path("/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device")
+
+
+def plan_of(rank_bytes: int, files: int = 2) -> CheckpointPlan:
+    """Two ranks, each `files` files of one float32 tensor, `rank_bytes` bytes per rank in all."""
+    numel = rank_bytes // files // 4
+    ranks = tuple(
+        RankPlan(
+            rank, tuple(FilePlan(f"rank{rank}/part-{i}.pt", (TensorSpec("t", numel, "float32"),)) for i in range(files))
+        )
+        for rank in range(2)
+    )
+    return CheckpointPlan("cadence", ranks)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with RankPool(2, seed=5, timeout_s=120) as ranks:
+        yield ranks
+
+
+def test_a_cadence_keeps_its_intervals_and_counts_the_stall(checkpoint_space, pool):
+    plan = plan_of(4_000_000)
+    space, root = checkpoint_space(plan)
+    interval = 0.3
+    campaign = FillCampaign(root, plan, pool, "stream", 2, remove=space.remove, cadence=Cadence(interval))
+    first, second = campaign.run_pass(1), campaign.run_pass(2)
+    records = [*first.checkpoints, *second.checkpoints]
+    assert records[0].interval_s is None  # nothing was computed before the first
+    assert all(r.interval_s is not None and r.interval_s >= interval for r in records[1:])
+    for record in records:  # synchronous: training waits for the whole save, which is durable when it goes on
+        assert record.stall_s == record.seconds_to_durable >= record.seconds > 0
+        assert record.wait_s == record.stage_s == 0.0
+    stall = sum(r.stall_s for r in second.checkpoints)
+    kept = sum(r.interval_s for r in second.checkpoints)
+    assert second.stall_fraction == pytest.approx(stall / (stall + kept))
+    assert 0 < second.stall_fraction < 1
+    assert second.min_sustained_interval_s == max(r.seconds_to_durable + r.remove_s for r in second.checkpoints)
+
+
+def test_back_to_back_loses_all_training_time(checkpoint_space, pool):
+    plan = plan_of(1_000_000)
+    space, root = checkpoint_space(plan)
+    result = FillCampaign(root, plan, pool, "stream", 2, remove=space.remove).run_pass(1)
+    assert result.stall_fraction == 1.0
+
+
+def test_a_checkpoints_phases_add_up_to_its_time(checkpoint_space, pool):
+    plan = plan_of(8_000_000, files=4)
+    space, root = checkpoint_space(plan)
+    record = FillCampaign(root, plan, pool, "stream", 1, remove=space.remove).run_pass(1).checkpoints[0]
+    for rank in record.ranks:
+        phases = rank["phases"]
+        assert {"write", "fsync", "commit"} <= set(phases), phases
+        assert all(seconds > 0 for seconds in phases.values()), phases
+        # the phases tile the rank's timed region; only reading the clocks at its two ends lies outside them
+        assert sum(phases.values()) == pytest.approx(rank["own_s"], rel=0.02, abs=0.02)
+    for name in ("write", "fsync", "commit"):
+        spread = record.phases[name]
+        values = sorted(rank["phases"][name] for rank in record.ranks)
+        assert spread["max"] == values[-1] and spread["p99"] == values[-1]
+        assert spread["median"] == pytest.approx(sum(values) / 2)  # two ranks: the mean of both
+
+
+@pytest.fixture
+def throttled(loop_ext4) -> Iterator[tuple[Path, int]]:
+    """A loop-mounted ext4 whose writes the block layer holds to 10 MB/s (cgroup v1 blkio throttling of the root
+    group, which covers writeback too); lifted at the end. Skips where the kernel offers no throttle."""
+    mount = loop_ext4("512M")
+    numbers = subprocess.run(["findmnt", "-n", "-o", "MAJ:MIN", str(mount)], capture_output=True, text=True)
+    device, rate = numbers.stdout.strip(), 10_000_000
+    try:
+        THROTTLE.write_text(f"{device} {rate}\n")
+    except OSError as error:
+        pytest.skip(f"cannot throttle the loop device here ({THROTTLE}: {error})")
+    try:
+        yield mount, rate
+    finally:
+        THROTTLE.write_text(f"{device} 0\n")
+
+
+def test_async_saves_wait_for_a_drive_slower_than_the_interval(throttled, checkpoint_space, pool):
+    mount, rate = throttled
+    plan = plan_of(10_000_000)  # 20 MB a checkpoint: about 2 s at 10 MB/s, against a 0.5 s interval
+    space, root = checkpoint_space(plan, mount / "target")
+    interval, footprint = 0.5, checkpoint_footprint_bytes(plan)
+    campaign = FillCampaign(root, plan, pool, "stream", 2, remove=space.remove, cadence=Cadence(interval, True))
+    try:
+        records = [*campaign.run_pass(1).checkpoints, *campaign.run_pass(2).checkpoints]
+    finally:
+        campaign.close()
+    assert [r.checkpoint for r in records] == [0, 1, 2, 3]
+    for before, record in itertools.pairwise(records):
+        assert record.async_save and record.interval_s >= interval
+        # the next checkpoint waited for what the drive had left to do for this one: remove the oldest checkpoint and
+        # write this one's files at the throttled rate, less the interval training computed meanwhile
+        expected = before.remove_s + footprint / rate - record.interval_s
+        assert record.wait_s == pytest.approx(expected, rel=0.10), (record, before.device)
+        assert record.stall_s == record.wait_s + record.stage_s
+    assert all(r.seconds_to_durable > r.stall_s for r in records)  # the writes ran behind the training
