@@ -23,7 +23,7 @@ from ckptqual.host.device_bytes import DeviceBytes, Devices
 from ckptqual.limits.cache_served import cache_served_reason
 from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.plan.model import CheckpointPlan
-from ckptqual.runs.cadence import BACK_TO_BACK, Cadence, Clock, stall_fraction
+from ckptqual.runs.cadence import BACK_TO_BACK, Cadence, Clock, Due, stall_fraction
 from ckptqual.runs.failure import RankFailure
 from ckptqual.runs.pool import Pool
 from ckptqual.runs.timing import CheckpointTiming
@@ -277,28 +277,27 @@ class FillCampaign:
         if self.failure:
             raise FillError(f"not run: {self.failure}", "not-run")
         result = PassResult(number, planned=self.checkpoints_per_pass, drives_at_once=self.drives_at_once)
-        pending: list[tuple[int | None, float]] = []
+        pending: list[tuple[int | None, float, Due]] = []
 
         def setup() -> None:
             reason = early_stop(result) if early_stop and result.checkpoints else None
             if reason:
                 result.ended_early = reason
                 raise StopRounds(reason)
-            pending.append(self._make_room() if self._writer is None else (None, 0.0))  # async: removed behind
+            removed, remove_s = self._make_room() if self._writer is None else (None, 0.0)  # async: removed behind
+            pending.append((removed, remove_s, self.clock.due()))  # the interval's compute: untimed, as the removal
 
         def write() -> None:
-            removed, remove_s = pending.pop()
+            removed, remove_s, due = pending.pop()
             index = len(result.checkpoints) + (self._in_flight is not None) + 1
             if self._writer is None:
-                result.checkpoints.append(self._write_one(number, index, removed, remove_s))
+                result.checkpoints.append(self._write_one(number, index, removed, remove_s, due))
             else:
-                self._save_async(self._writer, result, number, index)
+                self._save_async(self._writer, result, number, index, due)
 
         try:
-            try:
-                (runner or run_rounds)(write, setup, self.checkpoints_per_pass)
-            finally:
-                self._settle()  # the pass ends once its last checkpoint is durable
+            (runner or run_rounds)(write, setup, self.checkpoints_per_pass)
+            self._settle()  # the pass ends once its last checkpoint is durable
         except RunError as error:
             self.failure = f"pass {number} failed" + (
                 " (the target ran out of space)" if error.fault == "out-of-space" else ""
@@ -316,9 +315,8 @@ class FillCampaign:
         self.remove(directory, f"removing checkpoint {checkpoint}")
         return checkpoint, time.monotonic() - start
 
-    def _write_one(self, number: int, index: int, removed: int | None, remove_s: float) -> CheckpointRecord:
+    def _write_one(self, number: int, index: int, removed: int | None, remove_s: float, due: Due) -> CheckpointRecord:
         """Writes one checkpoint while training waits (synchronous save), once it is due."""
-        due = self.clock.due()
         start = time.monotonic()
         record = self._write(number, index, removed, remove_s)
         durable = time.monotonic()
@@ -327,10 +325,9 @@ class FillCampaign:
         self.on_checkpoint(record, self.checkpoints_per_pass)
         return record
 
-    def _save_async(self, writer: ThreadPoolExecutor, result: PassResult, number: int, index: int) -> None:
+    def _save_async(self, writer: ThreadPoolExecutor, result: PassResult, number: int, index: int, due: Due) -> None:
         """Once the checkpoint is due and the one before it durable (the wait is stall), the ranks stage their state
         (stall) and the removal of the oldest and the writes run behind, while training goes on."""
-        due = self.clock.due()
         self._settle()
         wait_s = max(0.0, self._last_durable - due.at) if self._last_durable is not None else 0.0
         checkpoint = self._next_checkpoint
@@ -374,7 +371,8 @@ class FillCampaign:
         self.on_checkpoint(record, self.checkpoints_per_pass)
 
     def close(self) -> None:
-        """Waits for a checkpoint still being written behind (its failure, if any, is moot now) and ends the writer."""
+        """Waits for a checkpoint still being written behind (its failure, if any, is moot now: a run that ends early
+        stops its ranks first) and ends the writer."""
         if self._writer is not None:
             with contextlib.suppress(Exception):
                 self._settle()
