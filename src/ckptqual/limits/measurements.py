@@ -170,7 +170,7 @@ _ROWS = (
         "s",
         Direction.LOWER,
         Taken.PASS,
-        "slowest checkpoint of a pass from its due time until its last fsync and metadata commit are done",
+        "slowest checkpoint of a pass from the start of its stall until its last fsync and metadata commit are done",
         "passes[].seconds_to_durable_max",
         _PASS,
         drawn=_CHECKPOINT_TIMES,

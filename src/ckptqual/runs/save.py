@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ckptqual.faults import on_path
 from ckptqual.io.engines import make_engine
-from ckptqual.io.engines.base import RankIO, fsync_directory, fsync_path
+from ckptqual.io.engines.base import RankIO, fsync_directory, fsync_path, writeback_path
 from ckptqual.runs.task import Task
 
 
@@ -27,10 +27,12 @@ def _depth(path: Path) -> int:
 def write_checkpoint_files(io: RankIO, task: Task) -> int:
     """Rank side: writes the rank's files of one checkpoint with the task's engine, then fsyncs files and directories.
 
-    The rank creates the directories it needs, so that the main process never waits on the drive. Syncing
-    once all files are written, not after each, lets the filesystem batch the journal commits of a rank's
-    many small files; the rank is done only when everything it wrote is durable, every directory whose
-    entries changed included (the checkpoint's own and the one that holds it).
+    The rank creates the directories it needs, so that the main process never waits on the drive. Each file's
+    writeback starts as soon as it is written (unless the task's `early_writeback` option is false), so that the
+    drive writes it while the rank makes the next; syncing once all files are written, not after each, lets the
+    filesystem batch the journal commits of a rank's many small files. The rank is done only when everything it
+    wrote is durable, every directory whose entries changed included (the checkpoint's own and the one that holds
+    it).
     """
     engine = make_engine(task.options["engine"])
     directory, plan = Path(task.directory), task.plan
@@ -40,9 +42,12 @@ def write_checkpoint_files(io: RankIO, task: Task) -> int:
         with io.directory(parent, create=True):
             pass
     io.begin("write")
+    early = task.options.get("early_writeback", True)
     for index, (path, spec) in enumerate(zip(paths, plan.files, strict=True)):
         try:
             engine.write(path, spec, index, io)
+            if early:
+                writeback_path(io, path)
         except OSError as error:
             raise on_path(error, path) from None
     io.begin("fsync")

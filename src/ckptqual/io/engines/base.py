@@ -17,6 +17,7 @@ import numpy as np
 from ckptqual.host.beneath import RunTree
 from ckptqual.io import lanes
 from ckptqual.io.payload import Mismatch, PayloadGenerator, find_mismatches
+from ckptqual.io.writeback import start_writeback
 from ckptqual.plan.model import FilePlan
 
 DEFAULT_CHUNK_BYTES = 8 << 20
@@ -208,6 +209,18 @@ def fsync_path(io: RankIO, path: Path) -> None:
     fd = io.open(path, os.O_RDONLY)
     try:
         _fsync(fd, path)
+    finally:
+        os.close(fd)
+
+
+def writeback_path(io: RankIO, path: Path) -> None:
+    """Starts the writeback of a written file's dirty pages without waiting for it (io.writeback); an error names
+    the file."""
+    fd = io.open(path, os.O_RDONLY)
+    try:
+        start_writeback(fd)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, str(path)) from None
     finally:
         os.close(fd)
 
