@@ -11,6 +11,8 @@ import pytest
 from ckptqual.config.run_settings import resolve_settings
 from ckptqual.plan.footprint import checkpoint_footprint_bytes
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.report.extract import load_run
+from ckptqual.report.figures import draw_all
 from ckptqual.report.progress import LiveLine, PassProgress
 from ckptqual.runs.cadence import Cadence
 from ckptqual.runs.fill import FillCampaign
@@ -130,3 +132,24 @@ def test_the_time_left_counts_the_intervals_still_to_compute():
     with_cadence = LiveLine(paced).text(current, None, now=70.0)
     assert "left: pass 0:00:20, run 0:00:50" in back_to_back
     assert "left: pass 0:02:20, run 0:05:50" in with_cadence  # 140 s, then 3 x (10 + 60) s
+
+
+CADENCE_RUN = Path(__file__).parent / "data" / "results" / "cadence-async.json"  # docs/cadence.md's async run
+
+
+def test_the_report_draws_a_checkpoints_phases_their_spread_and_the_cadence():
+    run = load_run(CADENCE_RUN)
+    drawn = {d.name: d for d in draw_all([run])}
+    checkpoints = run.data["checkpoints"]
+    phases = drawn["checkpoint_phases"].figure.axes[0]
+    stacked = [p for p in phases.patches if p.get_height() > 0]
+    slowest = [max(c["ranks"], key=lambda r: r["done_s"]) for c in checkpoints]
+    assert len(stacked) == sum(sum(1 for s in r["phases"].values() if s > 0) for r in slowest)
+    tops = {}
+    for bar in stacked:  # each checkpoint's stack reaches its slowest rank's own time
+        tops[round(bar.get_x(), 3)] = max(tops.get(round(bar.get_x(), 3), 0.0), bar.get_y() + bar.get_height())
+    assert sorted(tops.values()) == pytest.approx(sorted(r["own_s"] for r in slowest), rel=0.02, abs=0.02)
+    assert [a.get_ylabel() for a in drawn["rank_spread"].figure.axes] == ["mkdir s", "write s", "fsync s", "commit s"]
+    assert drawn["cadence"].figure is not None and "async" in " ".join(
+        t.get_text() for t in drawn["cadence"].figure.axes[0].get_legend().get_texts()
+    )

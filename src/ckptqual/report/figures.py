@@ -472,12 +472,13 @@ def rank_spread(runs: Sequence[Run]) -> Drawn:
             if not values:
                 continue
             medians = [v["median"] for v in values]
-            axes.fill_between(xs, medians, [v["max"] for v in values], color=color, alpha=0.2, step="mid")
-            axes.plot(xs, medians, color=color, marker="o", markersize=3, label=f"{run.label}: median")
-            axes.plot(xs, [v["p99"] for v in values], color=color, linestyle=":", label=f"{run.label}: p99")
-            axes.plot(xs, [v["max"] for v in values], color=color, linestyle="--", label=f"{run.label}: max")
+            prefix = f"{run.label}: " if len(runs) > 1 else ""
+            axes.fill_between(xs, medians, [v["max"] for v in values], color=color, alpha=0.2)
+            axes.plot(xs, medians, color=color, marker="o", markersize=3, label=f"{prefix}median")
+            axes.plot(xs, [v["p99"] for v in values], color=color, linestyle=":", label=f"{prefix}p99")
+            axes.plot(xs, [v["max"] for v in values], color=color, linestyle="--", label=f"{prefix}max")
         axes.set_ylabel(f"{phase} s")
-        axes.legend(fontsize="x-small", ncols=3)
+    figure.legend(*figure.axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3 if len(runs) == 1 else 2, fontsize="x-small")
     figure.axes[-1].set_xlabel("checkpoint of the run")
     figure.suptitle(title)
     return Drawn(name, title, figure)
