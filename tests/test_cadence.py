@@ -4,6 +4,7 @@ follow the drive's rate, and a checkpoint's phases adding up to its time."""
 import itertools
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,11 @@ from ckptqual.report.extract import load_run
 from ckptqual.report.figures import draw_all
 from ckptqual.report.progress import LiveLine, PassProgress
 from ckptqual.runs.cadence import Cadence
-from ckptqual.runs.fill import FillCampaign
+from ckptqual.runs.early_stop import completed_at
+from ckptqual.runs.fill import CheckpointRecord, FillCampaign, PassResult
 from ckptqual.runs.pool import RankPool
 
+GB = 1_000_000_000
 THROTTLE = Path("/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device")
 
 
@@ -153,3 +156,25 @@ def test_the_report_draws_a_checkpoints_phases_their_spread_and_the_cadence():
     assert drawn["cadence"].figure is not None and "async" in " ".join(
         t.get_text() for t in drawn["cadence"].figure.axes[0].get_legend().get_texts()
     )
+
+
+def test_early_stop_bounds_the_cadence_figures_too():
+    """A pass completed at a slower rate than it ran stalls longer under a synchronous cadence and is durable later
+    under either; its stall fraction and sustained interval grow with it (runs.early_stop's bound)."""
+
+    def paced_pass(async_save: bool) -> PassResult:
+        record = CheckpointRecord(2, 1, 0, 2.0, 1.0, 2 * GB, 100.0, None, 0.0, interval_s=3.0, async_save=async_save)
+        stall = 0.1 if async_save else 2.0
+        durable = stall + (2.0 if async_save else 0.0)  # async: the 2 s of writes after the staging
+        record = replace(record, stall_s=stall, stage_s=0.1 if async_save else 0.0, seconds_to_durable=durable)
+        return PassResult(2, [record, replace(record, index=2, checkpoint=1)], planned=4)
+
+    for async_save in (False, True):
+        written = paced_pass(async_save)
+        slower, faster = completed_at(written, 0.5), completed_at(written, 2.0)  # 4 s and 1 s a checkpoint
+        assert slower.min_sustained_interval_s > written.min_sustained_interval_s >= faster.min_sustained_interval_s
+        assert slower.seconds_to_durable_max > faster.seconds_to_durable_max
+        assert slower.stall_fraction > written.stall_fraction >= faster.stall_fraction
+        modeled = slower.checkpoints[-1]  # async: its 4 s of writes outlast the 3 s interval by 1 s, a wait
+        assert modeled.wait_s == pytest.approx(1.0 if async_save else 0.0)
+        assert modeled.stall_s == pytest.approx(1.1 if async_save else 4.0)

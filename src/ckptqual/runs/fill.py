@@ -83,18 +83,28 @@ class CheckpointRecord:
         return self.seconds_to_durable - self.stall_s if self.async_save else self.seconds_to_durable + self.remove_s
 
     def at_seconds(self, nbytes: int, seconds: float) -> CheckpointRecord:
-        """This checkpoint as it would be with `nbytes` written in `seconds`: every time of the cadence moved by the
-        change (runs.early_stop's bound: each grows with `seconds`)."""
+        """This checkpoint as it would be with `nbytes` written in `seconds`, at the same cadence: a synchronous
+        stall grows with the save; under async save the writes after the stall grow, and what of them outlasts the
+        interval is a wait of the next (here: of this one, each checkpoint alike). Each figure grows with `seconds`
+        (runs.early_stop's bound)."""
         delta = seconds - self.seconds
-        stall = self.stall_s + (0.0 if self.async_save else delta)
+        if not self.async_save:
+            stall = max(0.0, self.stall_s + delta)
+            return replace(
+                self, bytes=nbytes, seconds=seconds, host=None, ranks=[], stall_s=stall, seconds_to_durable=stall
+            )
+        after = max(0.0, self.writes_after_stall_s + delta)
+        wait = max(0.0, after - (self.interval_s or 0.0))
+        stall = self.stage_s + wait
         return replace(
             self,
             bytes=nbytes,
             seconds=seconds,
             host=None,
             ranks=[],
-            stall_s=max(0.0, stall),
-            seconds_to_durable=max(0.0, self.seconds_to_durable + delta),
+            stall_s=stall,
+            wait_s=wait,
+            seconds_to_durable=stall + after,
         )
 
     @property
