@@ -67,7 +67,7 @@ class CheckpointRecord:
     device: DeviceBytes | None = None  # what the devices under the target received meanwhile (host.device_bytes)
     phases: dict[str, dict[str, float]] = field(default_factory=dict)  # per phase: the ranks' median, p99, max s
     # The cadence (runs.cadence), on the main process's clock: the training stall (staging and any wait for the
-    # previous checkpoint under async save, the whole save otherwise), from the checkpoint's due time until it is
+    # previous checkpoint under async save, the whole save otherwise), from the start of the stall until it is
     # durable, the compute interval kept before it (None: the first), and, async only, the wait and the staging.
     stall_s: float = 0.0
     seconds_to_durable: float = 0.0
