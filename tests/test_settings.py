@@ -69,7 +69,7 @@ def test_to_dict_records_where_every_value_came_from():
         ({"scale": float("nan")}, "--scale nan"),
         ({"scale": "abc"}, "--scale 'abc': must be a number with 0 < scale <= 1"),
         ({"engine": "fio"}, "--engine 'fio': unknown engine; use one of stream, stream-direct, torch-save"),
-        ({"drive": "d9-unknown"}, "unknown drive 'd9-unknown'; available: d5-p5336, d7-ps1010, local"),
+        ({"drive": "d9-unknown"}, "unknown drive 'd9-unknown'; available: d5-p5336, d7-ps1010, dcp-async, local"),
         ({"workload": "gpt-17"}, "--workload: "),
         ({"checkpoints_per_pass": 0}, "--checkpoints-per-pass 0: must be a whole number >= 1"),
         ({"passes": -1}, "--passes -1: must be a whole number from 1 to 100"),

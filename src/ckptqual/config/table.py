@@ -137,6 +137,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("require_steady_state", None, "run", FLAG, "false", "fail the last pass unless the SNIA rule holds"),
     Setting("early_stop", "--early-stop", "run", FLAG, "false",
             "end a steady-state pass once the SNIA rule holds and no remaining checkpoint could change a verdict"),
+    Setting("checkpoint_interval_s", "--checkpoint-interval", "run",
+            number(lambda s: s >= 0, "a number >= 0 seconds, e.g. 1800"), "0",
+            "seconds of training compute between the end of one checkpoint's stall and the start of the next, the "
+            "drive idle meanwhile; 0: back to back"),
+    Setting("async_save", "--async-save", "run", FLAG, "false",
+            "save as torch.distributed.checkpoint.async_save does: training stalls while the ranks stage their "
+            "state to host memory (and while the previous save is still being written), the writes run behind"),
     Setting("layout_examples", "--layout-examples", "layouts", whole(0, 10_000), "5", "odd shard layouts to try",
             key="examples"),
     Setting("layout_seed", "--layout-seed", "layouts", whole(0, MAX_SEED), "0", "seed of the odd layouts",

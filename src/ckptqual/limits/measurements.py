@@ -155,6 +155,38 @@ _ROWS = (
         column="worst s",
     ),
     Measurement(
+        "stall_fraction",
+        "ratio",
+        Direction.LOWER,
+        Taken.PASS,
+        "share of a pass's training time lost to checkpointing: stall / (stall + compute intervals); the stall is "
+        "the whole save, or under async save the staging and any wait for the previous save",
+        "passes[].stall_fraction",
+        _PASS,
+        drawn=_CHECKPOINT_TIMES,
+    ),
+    Measurement(
+        "seconds_to_durable_max",
+        "s",
+        Direction.LOWER,
+        Taken.PASS,
+        "slowest checkpoint of a pass from the start of its stall until its last fsync and metadata commit are done",
+        "passes[].seconds_to_durable_max",
+        _PASS,
+        drawn=_CHECKPOINT_TIMES,
+    ),
+    Measurement(
+        "min_sustained_interval",
+        "s",
+        Direction.LOWER,
+        Taken.PASS,
+        "shortest compute interval at which no checkpoint of a pass finds the one before it still being written: "
+        "its slowest checkpoint's writes after the stall (async save), or its save and removal (synchronous)",
+        "passes[].min_sustained_interval_s",
+        _PASS,
+        drawn=_CHECKPOINT_TIMES,
+    ),
+    Measurement(
         "restore_throughput",
         "GB/s",
         Direction.HIGHER,

@@ -430,6 +430,118 @@ def _marks(panels: Sequence[Any], marks: Sequence[dict[str, Any]], color: str, s
             )
 
 
+_PHASES = ("mkdir", "write", "fsync", "commit")  # a checkpoint's phases on a rank, in the order it runs them
+_PHASE_SHADES = {"mkdir": "0.75", "write": "C0", "fsync": "C1", "commit": "C3"}
+
+
+def _all_checkpoints(run: Run) -> list[dict[str, Any]]:
+    return [c for checkpoints in passes(run.data).values() for c in checkpoints]
+
+
+def _slowest_rank(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    return max(checkpoint.get("ranks") or [{}], key=lambda rank: rank.get("done_s", 0.0))
+
+
+def checkpoint_phases(runs: Sequence[Run]) -> Drawn:
+    """Each checkpoint's time on its slowest rank as its phases stacked: make directories, write, fsync and the
+    metadata commit (directory fsyncs and renames); one panel per run."""
+    name, title = "checkpoint_phases", "What a checkpoint's time is made of (slowest rank)"
+    timed = [run for run in runs if any(_slowest_rank(c).get("phases") for c in _all_checkpoints(run))]
+    if not timed:
+        return Drawn(name, title, None, "not recorded: no checkpoint's phases were timed")
+    figure = _figure(9.0, 2.2 + 2.2 * len(timed))
+    for panel, run in enumerate(timed):
+        axes = figure.add_subplot(len(timed), 1, panel + 1)
+        checkpoints = _all_checkpoints(run)
+        bottom = [0.0] * len(checkpoints)
+        for phase in _PHASES:
+            heights = [_slowest_rank(c).get("phases", {}).get(phase, 0.0) for c in checkpoints]
+            if any(heights):
+                axes.bar(range(len(checkpoints)), heights, 0.7, bottom=bottom, color=_PHASE_SHADES[phase], label=phase)
+                bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+        labels = [f"{c['pass_number']}.{i + 1}" for i, c in enumerate(checkpoints)]
+        axes.set_xticks(range(len(checkpoints)), labels, fontsize="small")
+        axes.set_ylabel("seconds")
+        axes.set_title(f"{run.label}", fontsize="small")
+        axes.legend(fontsize="small", ncols=4)
+    figure.axes[-1].set_xlabel("checkpoint (pass.index)")
+    figure.suptitle(title)
+    return Drawn(name, title, figure)
+
+
+def rank_spread(runs: Sequence[Run]) -> Drawn:
+    """Per phase, each checkpoint's spread across its ranks: the median rank's seconds, the 99th percentile's and
+    the slowest's; a wide band is a rank held back (one panel per phase, runs in their colors)."""
+    name, title = "rank_spread", "Per-rank spread of each phase (median, p99, max across ranks)"
+    shown = [p for p in _PHASES if any(p in c.get("phases", {}) for run in runs for c in _all_checkpoints(run))]
+    if not shown:
+        return Drawn(name, title, None, "not recorded: no checkpoint's phases were timed")
+    figure = _figure(9.0, 1.0 + 2.0 * len(shown))
+    for panel, phase in enumerate(shown):
+        axes = figure.add_subplot(len(shown), 1, panel + 1)
+        for index, run in enumerate(runs):
+            color = _COLORS[index % len(_COLORS)]
+            spreads = [c.get("phases", {}).get(phase) for c in _all_checkpoints(run)]
+            xs = [x for x, spread in enumerate(spreads) if spread]
+            values = [spread for spread in spreads if spread]
+            if not values:
+                continue
+            medians = [v["median"] for v in values]
+            prefix = f"{run.label}: " if len(runs) > 1 else ""
+            axes.fill_between(xs, medians, [v["max"] for v in values], color=color, alpha=0.2)
+            axes.plot(xs, medians, color=color, marker="o", markersize=3, label=f"{prefix}median")
+            axes.plot(xs, [v["p99"] for v in values], color=color, linestyle=":", label=f"{prefix}p99")
+            axes.plot(xs, [v["max"] for v in values], color=color, linestyle="--", label=f"{prefix}max")
+        axes.set_ylabel(f"{phase} s")
+    handles, labels = figure.axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncols=3 if len(runs) == 1 else 2, fontsize="x-small")
+    figure.axes[-1].set_xlabel("checkpoint of the run")
+    figure.suptitle(title)
+    return Drawn(name, title, figure)
+
+
+def cadence(runs: Sequence[Run]) -> Drawn:
+    """A training cadence checkpoint by checkpoint: the stall (staging and any wait under async save, the whole save
+    otherwise) stacked on the compute interval kept before it, and when the checkpoint was durable."""
+    name, title = "cadence", "Training cadence: stall, compute interval and time to durable per checkpoint"
+    kept = [run for run in runs if any(c.get("interval_s") for c in _all_checkpoints(run))]
+    if not kept:
+        return Drawn(name, title, None, "not recorded: the checkpoints were written back to back")
+    figure = _figure()
+    axes = figure.add_subplot()
+    width, offsets = _bar_offsets(len(kept))
+    for index, run in enumerate(kept):
+        color = _COLORS[index % len(_COLORS)]
+        checkpoints = _all_checkpoints(run)
+        xs = [i + offsets[index] for i in range(len(checkpoints))]
+        intervals = [c.get("interval_s") or 0.0 for c in checkpoints]
+        waits = [c.get("wait_s", 0.0) for c in checkpoints]
+        stalls = [c.get("stall_s", 0.0) - w for c, w in zip(checkpoints, waits, strict=True)]
+        mode = "async" if any(c.get("async_save") for c in checkpoints) else "sync"
+        axes.bar(xs, intervals, width, color=color, alpha=0.25, label=f"{run.label} ({mode}): compute interval")
+        axes.bar(
+            xs, waits, width, bottom=intervals, color="C3", label="wait for the previous save" if index == 0 else None
+        )
+        bottoms = [i + w for i, w in zip(intervals, waits, strict=True)]
+        axes.bar(
+            xs,
+            stalls,
+            width,
+            bottom=bottoms,
+            color=color,
+            label=f"{run.label}: {'staging' if mode == 'async' else 'save'}",
+        )
+        durable = [
+            b + c.get("seconds_to_durable", 0.0) - w for b, c, w in zip(bottoms, checkpoints, waits, strict=True)
+        ]
+        axes.plot(xs, durable, linestyle="none", marker="v", color="k", label="durable" if index == 0 else None)
+    axes.set_xlabel("checkpoint of the run")
+    axes.set_ylabel("seconds from the end of the last stall")
+    axes.set_title(title)
+    axes.legend(fontsize="small")
+    return Drawn(name, title, figure)
+
+
 FIGURES: tuple[Callable[[Sequence[Run]], Drawn], ...] = (
     checkpoint_times,
     steady_window,
@@ -438,6 +550,9 @@ FIGURES: tuple[Callable[[Sequence[Run]], Drawn], ...] = (
     sweep_heatmap,
     layout_ratios,
     device_timeseries,
+    checkpoint_phases,
+    rank_spread,
+    cadence,
 )
 
 

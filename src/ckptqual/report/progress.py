@@ -40,16 +40,22 @@ class LiveLine:
         self.checkpoint_bytes = settings.plan.total_bytes
         self.fill_bytes, self.fill_wall_s = 0, 0.0  # the fill passes done
         self.last_GBps: float | None = None
+        # A synchronous cadence's compute intervals are time of their own, counted apart from the writes; an
+        # asynchronous save writes during them, so its wall-clock rate already holds them.
+        self.interval_s = 0.0 if settings.async_save else settings.checkpoint_interval_s
 
     def text(self, current: PassProgress, sample: dict[str, Any] | None, now: float) -> str:
         pass_bytes = self.per_pass * self.checkpoint_bytes
         done = current.done_bytes + self._in_flight(current, sample)
-        elapsed = now - current.started
-        rate = done / elapsed if done > 0 and elapsed > 0 else None
-        if rate is None and self.fill_wall_s > 0:
-            rate = self.fill_bytes / self.fill_wall_s  # a pass just begun: the passes before it
-        pass_left = (pass_bytes - done) / rate if rate else None
-        run_left = pass_left + (self.passes - current.number) * pass_bytes / rate if rate else None
+        writing = now - current.started - min(now - current.started, current.done_checkpoints * self.interval_s)
+        rate = done / writing if done > 0 and writing > 0 else None
+        earlier_write_s = self.fill_wall_s - self.interval_s * self.fill_bytes / self.checkpoint_bytes
+        if rate is None and earlier_write_s > 0:
+            rate = self.fill_bytes / earlier_write_s  # a pass just begun: the passes before it
+        intervals_left = self.interval_s * (self.per_pass - current.done_checkpoints)
+        pass_left = (pass_bytes - done) / rate + intervals_left if rate else None
+        later = (self.passes - current.number) * (pass_bytes / rate + self.interval_s * self.per_pass) if rate else None
+        run_left = pass_left + later if pass_left is not None and later is not None else None
         total = self.passes * pass_bytes
         return (  # what matters most first: a narrow terminal cuts the end
             f"ckptqual: pass {current.number}/{self.passes} ckpt {min(current.done_checkpoints + 1, self.per_pass)}/"

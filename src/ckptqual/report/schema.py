@@ -64,8 +64,10 @@ HOST_USE = record(
 )
 HOST_FIGURES = {"cpu_s_per_GB": nullable(NUMBER), "host_bound": OPTIONAL_TEXT, "host": nullable(HOST_USE)}
 # A rank's share of a checkpoint: a rank that moved bytes took time to do it (its rate divides by it).
+# A phase of a checkpoint across its ranks (runs.timing.spread): the ranks' median, 99th percentile and max seconds.
+SPREAD = record({"median": NUMBER, "p99": NUMBER, "max": NUMBER}, ("median", "p99", "max"))
 RANK = record(
-    {"bytes": NUMBER, "done_s": NUMBER},
+    {"bytes": NUMBER, "done_s": NUMBER, "own_s": NUMBER, "phases": mapping(NUMBER)},
     ("bytes", "done_s"),
     when({"bytes": {"exclusiveMinimum": 0}}, {"properties": {"done_s": {"exclusiveMinimum": 0}}}),
 )
@@ -122,6 +124,11 @@ PASS = record(
         "throughput_GBps": NUMBER,
         "mean_checkpoint_GBps": NUMBER,
         **HOST_FIGURES,
+        "stall_fraction": NUMBER,
+        "stall_s": NUMBER,
+        "interval_s": NUMBER,
+        "seconds_to_durable_max": NUMBER,
+        "min_sustained_interval_s": NUMBER,
     },
     ("pass", "checkpoints", "seconds_mean", "seconds_max", "throughput_GBps", "mean_checkpoint_GBps"),
     when({"ended_early": {"const": True}}, {"required": ["checkpoints_planned"]}),
@@ -135,6 +142,14 @@ CHECKPOINT = record(
         "ranks": RANKS,
         "device": DEVICE,
         **HOST_FIGURES,
+        "phases": mapping(SPREAD),
+        "stall_s": NUMBER,
+        "seconds_to_durable": NUMBER,
+        "interval_s": nullable(NUMBER),
+        "wait_s": NUMBER,
+        "stage_s": NUMBER,
+        "async_save": BOOLEAN,
+        "writes_after_stall_s": NUMBER,
     },
     ("pass_number", "checkpoint", "seconds", "GBps", "ranks"),
 )

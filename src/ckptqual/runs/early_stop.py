@@ -26,7 +26,7 @@ def completed_at(result: PassResult, rate_GBps: float) -> PassResult:
     """`result` as it would end with every remaining checkpoint written at `rate_GBps` (each of the mean size)."""
     size = statistics.mean(c.bytes for c in result.checkpoints)
     remaining = result.planned - len(result.checkpoints)
-    model = replace(result.checkpoints[-1], bytes=round(size), seconds=size / rate_GBps / 1e9, host=None, ranks=[])
+    model = result.checkpoints[-1].at_seconds(round(size), size / rate_GBps / 1e9)
     return replace(result, checkpoints=[*result.checkpoints, *[model] * remaining], ended_early=None)
 
 

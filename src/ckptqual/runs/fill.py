@@ -1,7 +1,9 @@
 """Fill passes: checkpoint after checkpoint until the fill target, pass after pass, oldest removed first.
 
 Pass 1 fills the drive with `checkpoints_per_pass` checkpoints; each later pass writes as many again,
-removing the oldest checkpoint before each new one, as a training job with that retention limit would.
+removing the oldest checkpoint before each new one, as a training job with that retention limit would. A cadence
+(runs.cadence) leaves compute time between checkpoints and may save asynchronously: the ranks stage their state
+(the stall) and the writes run during the next interval.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ckptqual.faults import RunError
@@ -20,6 +23,7 @@ from ckptqual.host.device_bytes import DeviceBytes, Devices
 from ckptqual.limits.cache_served import cache_served_reason
 from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.plan.model import CheckpointPlan
+from ckptqual.runs.cadence import BACK_TO_BACK, Cadence, Clock, Due, stall_fraction
 from ckptqual.runs.failure import RankFailure
 from ckptqual.runs.pool import Pool
 from ckptqual.runs.timing import CheckpointTiming
@@ -61,6 +65,47 @@ class CheckpointRecord:
     host: HostUse | None = None
     nodes: list[dict] = field(default_factory=list)  # per node, where the ranks ran on several (runs.cluster)
     device: DeviceBytes | None = None  # what the devices under the target received meanwhile (host.device_bytes)
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)  # per phase: the ranks' median, p99, max s
+    # The cadence (runs.cadence), on the main process's clock: the training stall (staging and any wait for the
+    # previous checkpoint under async save, the whole save otherwise), from the start of the stall until it is
+    # durable, the compute interval kept before it (None: the first), and, async only, the wait and the staging.
+    stall_s: float = 0.0
+    seconds_to_durable: float = 0.0
+    interval_s: float | None = None
+    wait_s: float = 0.0
+    stage_s: float = 0.0
+    async_save: bool = False
+
+    @property
+    def writes_after_stall_s(self) -> float:
+        """How long the drive kept writing this checkpoint after training went on (async), or would have had it been
+        saved asynchronously (sync: the save and the removal before it): the interval its writes need."""
+        return self.seconds_to_durable - self.stall_s if self.async_save else self.seconds_to_durable + self.remove_s
+
+    def at_seconds(self, nbytes: int, seconds: float) -> CheckpointRecord:
+        """This checkpoint as it would be with `nbytes` written in `seconds`, at the same cadence: a synchronous
+        stall grows with the save; under async save the writes after the stall grow, and what of them outlasts the
+        interval is a wait of the next (here: of this one, each checkpoint alike). Each figure grows with `seconds`
+        (runs.early_stop's bound)."""
+        delta = seconds - self.seconds
+        if not self.async_save:
+            stall = max(0.0, self.stall_s + delta)
+            return replace(
+                self, bytes=nbytes, seconds=seconds, host=None, ranks=[], stall_s=stall, seconds_to_durable=stall
+            )
+        after = max(0.0, self.writes_after_stall_s + delta)
+        wait = max(0.0, after - (self.interval_s or 0.0))
+        stall = self.stage_s + wait
+        return replace(
+            self,
+            bytes=nbytes,
+            seconds=seconds,
+            host=None,
+            ranks=[],
+            stall_s=stall,
+            wait_s=wait,
+            seconds_to_durable=stall + after,
+        )
 
     @property
     def GBps(self) -> float:
@@ -80,6 +125,7 @@ class CheckpointRecord:
             "cpu_s_per_GB": self.cpu_s_per_GB,
             "host_bound": host_bound_reason(self.host),
             "device": self.device.to_dict() if self.device else None,
+            "writes_after_stall_s": self.writes_after_stall_s,
         }
 
     def cache_served_reason(self) -> str | None:
@@ -122,6 +168,21 @@ class PassResult:
     @property
     def seconds_max(self) -> float:
         return max(c.seconds for c in self.checkpoints)
+
+    @property
+    def stall_fraction(self) -> float:
+        """The share of the training time the pass's checkpoints took: stall / (stall + compute intervals)."""
+        return stall_fraction(self.checkpoints)
+
+    @property
+    def seconds_to_durable_max(self) -> float:
+        return max(c.seconds_to_durable for c in self.checkpoints)
+
+    @property
+    def min_sustained_interval_s(self) -> float:
+        """The shortest compute interval at which no checkpoint of the pass would have found the one before it still
+        being written: its slowest checkpoint's writes after the stall (CheckpointRecord.writes_after_stall_s)."""
+        return max(c.writes_after_stall_s for c in self.checkpoints)
 
     @property
     def generated_GBps(self) -> float:
@@ -174,6 +235,11 @@ class PassResult:
             "host": self.host.to_dict() if self.host else None,
             "cpu_s_per_GB": self.host.cpu_s_per_GB(self.bytes) if self.host else None,
             "host_bound": self.host_bound_reason(),
+            "stall_fraction": self.stall_fraction,
+            "stall_s": sum(c.stall_s for c in self.checkpoints),
+            "interval_s": sum(c.interval_s or 0.0 for c in self.checkpoints),
+            "seconds_to_durable_max": self.seconds_to_durable_max,
+            "min_sustained_interval_s": self.min_sustained_interval_s,
         }
 
 
@@ -191,8 +257,10 @@ class FillCampaign:
         on_checkpoint: Callable[[CheckpointRecord, int], None] = lambda record, total: None,
         drives_at_once: int = 1,
         devices: Devices | None = None,
+        cadence: Cadence = BACK_TO_BACK,
     ) -> None:
-        """`devices`: whose counters show what reached the target (default: those under `root`'s parent)."""
+        """`devices`: whose counters show what reached the target (default: those under `root`'s parent);
+        `cadence`: the compute interval between checkpoints and whether they are saved asynchronously."""
         self.root, self.plan, self.pool, self.engine = root, plan, pool, engine
         self.devices = devices if devices is not None else device_bytes.devices_under(root.parent)
         self.drives_at_once = drives_at_once
@@ -203,6 +271,10 @@ class FillCampaign:
         self.passes: dict[int, PassResult] = {}
         self.failure: str | None = None
         self._next_checkpoint = 0
+        self.cadence, self.clock = cadence, Clock(cadence.interval_s)
+        self._writer = ThreadPoolExecutor(1, "ckptqual-async-save") if cadence.async_save else None
+        self._in_flight: tuple[Future, PassResult, Callable[..., CheckpointRecord]] | None = None
+        self._last_durable: float | None = None  # when the last checkpoint saved asynchronously became durable
 
     def checkpoint_dir(self, checkpoint: int) -> Path:
         return self.root / f"checkpoint-{checkpoint:05d}"
@@ -215,21 +287,27 @@ class FillCampaign:
         if self.failure:
             raise FillError(f"not run: {self.failure}", "not-run")
         result = PassResult(number, planned=self.checkpoints_per_pass, drives_at_once=self.drives_at_once)
-        pending: list[tuple[int | None, float]] = []
+        pending: list[tuple[int | None, float, Due]] = []
 
         def setup() -> None:
             reason = early_stop(result) if early_stop and result.checkpoints else None
             if reason:
                 result.ended_early = reason
                 raise StopRounds(reason)
-            pending.append(self._make_room())
+            removed, remove_s = self._make_room() if self._writer is None else (None, 0.0)  # async: removed behind
+            pending.append((removed, remove_s, self.clock.due()))  # the interval's compute: untimed, as the removal
 
         def write() -> None:
-            removed, remove_s = pending.pop()
-            result.checkpoints.append(self._write_one(number, len(result.checkpoints) + 1, removed, remove_s))
+            removed, remove_s, due = pending.pop()
+            index = len(result.checkpoints) + (self._in_flight is not None) + 1
+            if self._writer is None:
+                result.checkpoints.append(self._write_one(number, index, removed, remove_s, due))
+            else:
+                self._save_async(self._writer, result, number, index, due)
 
         try:
             (runner or run_rounds)(write, setup, self.checkpoints_per_pass)
+            self._settle()  # the pass ends once its last checkpoint is durable
         except RunError as error:
             self.failure = f"pass {number} failed" + (
                 " (the target ran out of space)" if error.fault == "out-of-space" else ""
@@ -247,7 +325,70 @@ class FillCampaign:
         self.remove(directory, f"removing checkpoint {checkpoint}")
         return checkpoint, time.monotonic() - start
 
-    def _write_one(self, number: int, index: int, removed: int | None, remove_s: float) -> CheckpointRecord:
+    def _write_one(self, number: int, index: int, removed: int | None, remove_s: float, due: Due) -> CheckpointRecord:
+        """Writes one checkpoint while training waits (synchronous save), once it is due."""
+        start = time.monotonic()
+        record = self._write(number, index, removed, remove_s)
+        durable = time.monotonic()
+        self.clock.stalled(durable)
+        record = replace(record, stall_s=durable - start, seconds_to_durable=durable - start, interval_s=due.kept_s)
+        self.on_checkpoint(record, self.checkpoints_per_pass)
+        return record
+
+    def _save_async(self, writer: ThreadPoolExecutor, result: PassResult, number: int, index: int, due: Due) -> None:
+        """Once the checkpoint is due and the one before it durable (the wait is stall), the ranks stage their state
+        (stall) and the removal of the oldest and the writes run behind, while training goes on."""
+        self._settle()
+        wait_s = max(0.0, self._last_durable - due.at) if self._last_durable is not None else 0.0
+        checkpoint = self._next_checkpoint
+        what = f"staging of checkpoint {index}/{self.checkpoints_per_pass} of pass {number}"
+        staging = time.monotonic()
+        try:
+            self.pool.run("stage", self.checkpoint_dir(checkpoint), self.plan.ranks, what, checkpoint)
+        except RankFailure as error:
+            raise FillError(str(error), error.fault, error.errno) from error
+        staged = time.monotonic()
+        self.clock.stalled(staged)
+
+        def behind() -> tuple[CheckpointRecord, float]:
+            removed, remove_s = self._make_room()
+            return self._write(number, index, removed, remove_s), time.monotonic()
+
+        def finish(written: CheckpointRecord, durable: float) -> CheckpointRecord:
+            stall_s = wait_s + staged - staging
+            return replace(
+                written,
+                stall_s=stall_s,
+                seconds_to_durable=stall_s + durable - staged,
+                interval_s=due.kept_s,
+                wait_s=wait_s,
+                stage_s=staged - staging,
+                async_save=True,
+            )
+
+        self._in_flight = (writer.submit(behind), result, finish)
+
+    def _settle(self) -> None:
+        """Waits for the checkpoint being written behind, if any, adds it to its pass and notes when it became
+        durable."""
+        if self._in_flight is None:
+            return
+        future, result, finish = self._in_flight
+        self._in_flight = None
+        written, self._last_durable = future.result()
+        record = finish(written, self._last_durable)
+        result.checkpoints.append(record)
+        self.on_checkpoint(record, self.checkpoints_per_pass)
+
+    def close(self) -> None:
+        """Waits for a checkpoint still being written behind (its failure, if any, is moot now: a run that ends early
+        stops its ranks first) and ends the writer."""
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._settle()
+            self._writer.shutdown()
+
+    def _write(self, number: int, index: int, removed: int | None, remove_s: float) -> CheckpointRecord:
         checkpoint = self._next_checkpoint
         self._next_checkpoint += 1
         directory = self.checkpoint_dir(checkpoint)
@@ -264,9 +405,7 @@ class FillCampaign:
             raise
         self.retained.append((checkpoint, directory))
         device = count.of(timing.bytes, "written", timing.nodes)
-        record = _record(number, index, checkpoint, timing, removed, remove_s, device)
-        self.on_checkpoint(record, self.checkpoints_per_pass)
-        return record
+        return _record(number, index, checkpoint, timing, removed, remove_s, device)
 
     def _remove_partial(self, directory: Path, checkpoint: int) -> None:
         """Removes what a failed checkpoint wrote; a removal that fails too is recorded by the remover, and never
@@ -309,4 +448,5 @@ def _record(
         host=timing.host,
         nodes=timing.node_figures(),
         device=device,
+        phases=timing.phase_spread(),
     )

@@ -35,6 +35,7 @@ from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.planfile import dump_plan
 from ckptqual.runs import raw
 from ckptqual.runs.baseline import measure_baseline
+from ckptqual.runs.cadence import Cadence
 from ckptqual.runs.cluster import NodePool
 from ckptqual.runs.early_stop import stop_reason
 from ckptqual.runs.events import Broadcast, RunEvents
@@ -91,6 +92,7 @@ class Qualification:
             on_checkpoint=self._checkpoint_done,
             drives_at_once=settings.drives_at_once,
             devices=self.devices,
+            cadence=Cadence(settings.checkpoint_interval_s, settings.async_save),
         )
 
     @property
@@ -311,6 +313,8 @@ class Qualification:
                     self.pool.close()  # a message refused after the last task fails the run here (runs.cluster)
                 finally:
                     self.events.abandoned(self.pool.abandoned)
+                    if getattr(self, "fill", None) is not None:
+                        self.fill.close()  # a save still being written behind ends with the ranks
         finally:
             self._check_health()
             cleanup = self.space.close()

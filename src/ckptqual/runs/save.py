@@ -3,12 +3,16 @@ operation beside restore's read."""
 
 from __future__ import annotations
 
+import contextlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ckptqual.faults import on_path
 from ckptqual.io.engines import make_engine
-from ckptqual.io.engines.base import RankIO, fsync_directory, fsync_path
+from ckptqual.io.engines.base import RankIO, fsync_directory, fsync_path, writeback_path
 from ckptqual.runs.task import Task
+
+_NONE = contextlib.nullcontext(None)  # no writeback thread: the kernel starts writeback when it will
 
 
 def directories_to_sync(directory: Path, file_paths: list[str]) -> list[Path]:
@@ -27,27 +31,36 @@ def _depth(path: Path) -> int:
 def write_checkpoint_files(io: RankIO, task: Task) -> int:
     """Rank side: writes the rank's files of one checkpoint with the task's engine, then fsyncs files and directories.
 
-    The rank creates the directories it needs, so that the main process never waits on the drive. Syncing
-    once all files are written, not after each, lets the filesystem batch the journal commits of a rank's
-    many small files; the rank is done only when everything it wrote is durable, every directory whose
-    entries changed included (the checkpoint's own and the one that holds it).
+    The rank creates the directories it needs, so that the main process never waits on the drive. Each file's
+    writeback is started as soon as it is written, on a thread of the rank's own (unless the task's
+    `early_writeback` option is false), so that the drive writes it while the rank makes the next. Syncing once
+    all files are written, not after each, lets the filesystem batch the journal commits of a rank's many small
+    files; the rank is done only when everything it wrote is durable, every directory whose entries changed
+    included (the checkpoint's own and the one that holds it).
     """
     engine = make_engine(task.options["engine"])
     directory, plan = Path(task.directory), task.plan
     paths = [directory / spec.path for spec in plan.files]
-    io.stage = "mkdir"
+    io.begin("mkdir")
     for parent in sorted({directory} | {path.parent for path in paths}):
         with io.directory(parent, create=True):
             pass
-    io.stage = "write"
-    for index, (path, spec) in enumerate(zip(paths, plan.files, strict=True)):
-        try:
-            engine.write(path, spec, index, io)
-        except OSError as error:
-            raise on_path(error, path) from None
-    io.stage = "fsync"
+    io.begin("write")
+    with ThreadPoolExecutor(1, "ckptqual-writeback") if task.options.get("early_writeback", True) else _NONE as behind:
+        started: list[Future] = []
+        for index, (path, spec) in enumerate(zip(paths, plan.files, strict=True)):
+            try:
+                engine.write(path, spec, index, io)
+            except OSError as error:
+                raise on_path(error, path) from None
+            if behind is not None:
+                started.append(behind.submit(writeback_path, io, path))
+        io.begin("fsync")
+        for future in started:
+            future.result()
     for path in paths:
         fsync_path(io, path)
+    io.begin("commit")
     for parent in directories_to_sync(directory, [spec.path for spec in plan.files]):
         fsync_directory(io, parent)
     return plan.nbytes

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 from typing import Any
 
 from ckptqual.host.cpu import HostSampler, HostUse, Mark
@@ -22,6 +23,8 @@ class RankTiming:
     payload_cpu_s: float
     cpu_s: float  # user+system CPU seconds of the rank's process over its timed part (all its threads)
     node: int = 0  # the node it ran on (runs.cluster); its done_s runs from the common start of that node's ranks
+    own_s: float = 0.0  # from its own start to its end: what its phases add up to
+    phases: dict[str, float] = field(default_factory=dict)  # wall seconds per stage (mkdir, write, fsync, commit)
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,11 @@ class CheckpointTiming:
             for node, ranks in self._by_node().items()
         )
         return self.bytes / wall / 1e9 if wall > 0 else float("inf")
+
+    def phase_spread(self) -> dict[str, dict[str, float]]:
+        """Per phase (write, fsync, commit, ...), the median, p99 and max of the ranks' seconds in it."""
+        names = dict.fromkeys(name for r in self.ranks for name in r.phases)
+        return {name: spread([r.phases.get(name, 0.0) for r in self.ranks]) for name in names}
 
     def _by_node(self) -> dict[int, list[RankTiming]]:
         by_node: dict[int, list[RankTiming]] = {}
@@ -116,9 +124,18 @@ def rank_timings(
             r["payload_cpu_s"],
             r["cpu_s"],
             node,
+            r["end"] - r["start"],
+            dict(r.get("phases", {})),
         )
         for rank, (r, plan, node) in enumerate(zip(replies, plans, nodes, strict=True))
     )
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """The median, 99th percentile (nearest rank) and max of `values` (at least one)."""
+    ordered = sorted(values)
+    p99 = ordered[max(0, -(-99 * len(ordered) // 100) - 1)]
+    return {"median": statistics.median(ordered), "p99": p99, "max": ordered[-1]}
 
 
 def host_use(sampler: HostSampler, replies: list[dict[str, Any]]) -> HostUse:

@@ -137,6 +137,8 @@ _SAMPLER = Record({"cpus": ListOf(integer(0), 1 << 16), "stat": maybe(text(4096)
 _TENSOR = Record({"name": text(4096), "numel": integer(0), "dtype": one_of(DTYPE_BYTES)})
 _FILE = Record({"path": text(4096), "tensors": ListOf(_TENSOR, 1 << 20)})
 _OPTIONS = Record({"engine": text(64), "bytes_per_rank": integer(0)}, optional=("engine", "bytes_per_rank"))
+_PHASE_NAMES = (*OPERATIONS, "mkdir", "fsync", "commit")  # the stages a rank times (RankIO.begin)
+_PHASES = Record({name: real() for name in _PHASE_NAMES}, optional=_PHASE_NAMES)
 _DONE = Record(
     {
         "start": real(),
@@ -148,8 +150,9 @@ _DONE = Record(
         "torch_load_sampled": integer(0, 1),
         "torch_load_sampled_s": real(),
         "waits": _WAITS,
+        "phases": _PHASES,
     },
-    optional=("torch_load_sampled", "torch_load_sampled_s", "waits"),
+    optional=("torch_load_sampled", "torch_load_sampled_s", "waits", "phases"),
 )
 _FAILED = Record(
     {

@@ -20,13 +20,14 @@ from ckptqual.host.waits import between, own_threads
 from ckptqual.io.engines.base import IntegrityError, RankIO
 from ckptqual.io.lanes import use as use_lanes
 from ckptqual.io.payload import PayloadGenerator
-from ckptqual.runs import raw, restore, save
+from ckptqual.runs import raw, restore, save, stage
 from ckptqual.runs.task import Task
 
 _PARENT_POLL_S = 0.5  # how soon a rank notices that its run is gone
 
 _OPERATIONS: dict[str, Callable[[RankIO, Task], int]] = {
     "write": save.write_checkpoint_files,
+    "stage": stage.stage_to_host,
     "raw-write": raw.write_sequential,
     "raw-read": raw.read_sequential,
     "read": restore.read_checkpoint_files,
@@ -68,18 +69,21 @@ def run_task(io: RankIO, task: Task, barrier: Any) -> dict[str, Any]:
         barrier.wait()
         with task.run_root().open() as io.tree:  # opened untimed, before the common start
             first, threads = task.sampler.mark(), own_threads()
+            io.begin(task.op)
             cpu_start = time.process_time()
             moved = _OPERATIONS[task.op](io, task)
             cpu_s = time.process_time() - cpu_start
+            phases = io.end_phases()
             waits = between(threads, own_threads(), time.monotonic() - first.wall)  # host.waits: who waited for what
             last = task.sampler.mark()
             reply = {"start": first.wall, "end": last.wall, "bytes": moved, "payload_cpu_s": io.payload_cpu_s}
-            reply |= {"cpu_s": cpu_s, "marks": (first, last), "waits": waits.to_dict()}
+            reply |= {"cpu_s": cpu_s, "marks": (first, last), "waits": waits.to_dict(), "phases": phases}
             return reply | (_AFTER_TIMING[task.op](io, task) if task.op in _AFTER_TIMING else {})
     except Exception as error:
         return _failure_reply(error, io.stage)
     finally:
         io.tree = None
+        io.end_phases()
 
 
 def _failure_reply(error: Exception, stage: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import numpy as np
 from ckptqual.host.beneath import RunTree
 from ckptqual.io import lanes
 from ckptqual.io.payload import Mismatch, PayloadGenerator, find_mismatches
+from ckptqual.io.writeback import start_writeback
 from ckptqual.plan.model import FilePlan
 
 DEFAULT_CHUNK_BYTES = 8 << 20
@@ -29,7 +30,9 @@ class RankIO:
     """What one rank needs to write or read its files: payload, identity, a reusable buffer, counters.
 
     `payload_cpu_s` is the CPU time spent making (writing) or checking (reading) payload; `stage` names the
-    operation under way (mkdir, write, fsync, read), so that an I/O error says what failed. `tree`: the run directory
+    operation under way (mkdir, write, fsync, commit, read), so that an I/O error says what failed, and `phases` keeps
+    the wall seconds spent in each stage begun with `begin` (`commit`: the metadata commit, its renames and
+    directory fsyncs). `tree`: the run directory
     every file is reached through (a rank sets it for each task); without one, a file is reached from its own
     directory. Either way no symlink is followed.
     """
@@ -44,10 +47,25 @@ class RankIO:
     tree: RunTree | None = None
 
     def __post_init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        self._phase, self._phase_start = "", None  # the stage begun last, and when (None: none timed)
         self.buffer = np.empty(self.chunk_bytes, dtype=np.uint8)
         self._spare = np.empty(0, dtype=np.uint8)
         self._expected = np.empty(0, dtype=np.uint8)
         self._crcs: OrderedDict[tuple[int, ...], int] = OrderedDict()
+
+    def begin(self, stage: str) -> None:
+        """Ends the stage under way (its wall seconds added to `phases`) and begins `stage`."""
+        now = time.monotonic()
+        if self._phase_start is not None:
+            self.phases[self._phase] = self.phases.get(self._phase, 0.0) + now - self._phase_start
+        self.stage, self._phase, self._phase_start = stage, stage, now
+
+    def end_phases(self) -> dict[str, float]:
+        """Ends the stage under way and hands over the phases timed since the last call (begun with `begin`)."""
+        self.begin(self.stage)
+        phases, self.phases, self._phase_start = self.phases, {}, None
+        return phases
 
     def _tensor_key(self, file: int, tensor: int, nbytes: int) -> tuple[int, ...]:
         """Everything a tensor's payload is a function of: seed, checkpoint, rank, file, tensor and size. A rank may
@@ -191,6 +209,18 @@ def fsync_path(io: RankIO, path: Path) -> None:
     fd = io.open(path, os.O_RDONLY)
     try:
         _fsync(fd, path)
+    finally:
+        os.close(fd)
+
+
+def writeback_path(io: RankIO, path: Path) -> None:
+    """Starts the writeback of a written file's dirty pages without waiting for it (io.writeback); an error names
+    the file."""
+    fd = io.open(path, os.O_RDONLY)
+    try:
+        start_writeback(fd)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, str(path)) from None
     finally:
         os.close(fd)
 
