@@ -29,6 +29,7 @@ from ckptqual.host.target import (
 )
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.workloads import WorkloadError, available_workloads, load_workload
+from ckptqual.printable import printable, printable_lines
 from ckptqual.report.compare import CompareError, compare_runs, parse_percentage
 from ckptqual.report.extract import ResultsError, Run, given_labels, labelled, load_run
 from ckptqual.report.mlperf import runs_lines
@@ -66,7 +67,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plan = load_workload(args.workload).plan()
     if scale != 1:
         plan = plan.scaled(scale)
-    print(json.dumps(plan.to_dict(), indent=2) if args.json else format_plan(plan))
+    lines = [json.dumps(plan.to_dict(), indent=2)] if args.json else printable_lines(format_plan(plan).splitlines())
+    print(*lines, sep="\n")
     return 0
 
 
@@ -144,9 +146,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
     try:
         cleaning = clean_target(Path(args.target), dry_run=args.dry_run)
     except NothingToClean as nothing:
-        print(f"nothing to clean: {nothing}")
+        print(printable(f"nothing to clean: {nothing}"))
         return 0
-    print(format_cleaning(cleaning))
+    print(*printable_lines(format_cleaning(cleaning).splitlines()), sep="\n")
     return 0 if cleaning.complete else 1
 
 
@@ -175,7 +177,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ckptqual.report.html import write_report  # matplotlib loads only for this command
 
     page = write_report(_labelled_runs(args.results, args.label), Path(args.output))
-    print(f"ckptqual report: wrote {page} and its figures")
+    print(printable(f"ckptqual report: wrote {page} and its figures"))
     return 0
 
 
@@ -184,13 +186,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     allowed = parse_percentage(args.max_regression)
     base, new = _labelled_runs([args.base, args.new], args.label)
     changes, lines = compare_runs(base, new, allowed, args.metric)
-    print(*lines, sep="\n")
+    print(*printable_lines(lines), sep="\n")
     return 1 if any(change.regressed for change in changes) else 0
 
 
 def cmd_mlperf(args: argparse.Namespace) -> int:
     """`ckptqual mlperf RESULTS.json [MORE.json ...]`: MLPerf Storage's checkpoint metrics per run and their mean."""
-    print(*runs_lines([load_run(Path(path)) for path in args.results]), sep="\n")
+    print(*printable_lines(runs_lines([load_run(Path(path)) for path in args.results])), sep="\n")
     return 0
 
 
@@ -263,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (SettingsError, WorkloadError, TargetError, ResultsError, CompareError) as err:
-        print(f"ckptqual {args.command}: {err}", file=sys.stderr)
+        print(printable(f"ckptqual {args.command}: {err}"), file=sys.stderr)
         return 2
 
 

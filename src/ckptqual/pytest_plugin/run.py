@@ -14,6 +14,7 @@ import pytest
 from ckptqual.config.space import LAYOUT_MAX_FILES
 from ckptqual.faults import RunError
 from ckptqual.plan.strategies import layouts
+from ckptqual.printable import printable
 from ckptqual.pytest_plugin.drives import (
     DRIVE_ARG,
     INDEX,
@@ -146,7 +147,7 @@ def say(config: pytest.Config, label: str | None = None) -> Callable[[str], None
     capture = config.pluginmanager.get_plugin("capturemanager")
 
     def write(line: str) -> None:
-        line = f"[{label}] {line}" if label else line
+        line = printable(f"[{label}] {line}" if label else line)
         if reporter is None:
             return
         if capture is None:
@@ -173,7 +174,8 @@ def redraw(config: pytest.Config) -> Callable[[str], None] | None:
     def draw(text: str) -> None:
         with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
             reporter.ensure_newline()
-            reporter.write(f"\r{text[: _columns() - 1]}\x1b[K", flush=True)  # never wider than the terminal: no wrap
+            shown = printable(text)[: _columns() - 1]  # never wider than the terminal: no wrap
+            reporter.write(f"\r{shown}\x1b[K", flush=True)
 
     return draw
 
