@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -117,3 +118,31 @@ def test_report_ends_cleanly_on_any_mutated_record(mutated):
         path = Path(scratch) / "mutated.json"
         path.write_text(json.dumps(data))
         _clean_exit(["report", str(path), "-o", str(Path(scratch) / "report")])
+
+
+def _cell_with_settings(data: dict[str, Any], settings: Any) -> None:
+    data["sweep"]["cells"][0].update(outcome="PASS", GiBps=1.0, settings=settings)
+
+
+CASES = {
+    "sweep.cells[0].settings.direct_io: a list": (lambda d: _cell_with_settings(d, {"direct_io": []}), "summary"),
+    "sweep.cells[0].settings.direct_io: an object": (lambda d: _cell_with_settings(d, {"direct_io": {}}), "report"),
+    "layouts[0].ratio: 1e308": (lambda d: d["layouts"][0].update(ratio=1e308), "compare"),
+    "settings.drive: a number": (lambda d: (d["settings"].update(drive=5), d["drive"].update(model=None)), "compare"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_record_of_the_wrong_shape_is_refused_in_one_line_naming_the_key(case, tmp_path):
+    mutate, command = CASES[case]
+    source = RECORDS[-1]
+    data = copy.deepcopy(DATA[source])
+    mutate(data)
+    path = tmp_path / "wrong.json"
+    path.write_text(json.dumps(data))
+    arguments = {"compare": [command, str(source), str(path)], "report": [command, str(path), "-o", str(tmp_path)]}
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        assert main(arguments.get(command, [command, str(path)])) == 2
+    assert err.getvalue().count("\n") == 1, err.getvalue()
+    assert f"not a results record as ckptqual writes it: {case.split(':')[0]}: " in err.getvalue(), err.getvalue()
