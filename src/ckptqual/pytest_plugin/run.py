@@ -125,10 +125,11 @@ def qualification(request: pytest.FixtureRequest, ckptqual_drive: str | None) ->
 
 
 class Interrupts:
-    """SIGINT and SIGTERM while a drive is qualified: the first stops the run as Ctrl-C does (ranks stopped, partial
-    files removed, reports written); a later one, while that goes on, is ignored: stopping is never cut short."""
+    """SIGINT, SIGTERM and SIGHUP (a closed terminal or SSH session) while a drive is qualified: the first stops the
+    run as Ctrl-C does (ranks stopped, partial files removed, reports written); a later one, while that goes on, is
+    ignored: stopping is never cut short."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.first: str | None = None
