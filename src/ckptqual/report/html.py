@@ -15,6 +15,7 @@ from typing import Any
 from ckptqual import __version__
 from ckptqual.report.extract import Run
 from ckptqual.report.figures import Drawn, draw_all
+from ckptqual.printable import printable_lines
 from ckptqual.report.summary import summary_lines
 from ckptqual.report.sweep_table import sweep_lines
 from ckptqual.report.verdict import recorded_verdict
@@ -232,9 +233,9 @@ def _change(before: dict[str, Any], after: dict[str, Any], key: str) -> Any:
 
 
 def _summary(data: dict[str, Any]) -> str:
-    text = "\n".join(summary_lines(data))
+    text = "\n".join(printable_lines(summary_lines(data)))
     if "sweep" in data:
-        text += "\n\nread sweep:\n" + "\n".join(sweep_lines(data["sweep"]))
+        text += "\n\nread sweep:\n" + "\n".join(printable_lines(sweep_lines(data["sweep"])))
     return f"<pre>{escape(text)}</pre>"
 
 
