@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ckptqual import __version__
+from ckptqual.printable import printable_lines
 from ckptqual.report.extract import Run
 from ckptqual.report.figures import Drawn, draw_all
-from ckptqual.printable import printable_lines
 from ckptqual.report.summary import summary_lines
 from ckptqual.report.sweep_table import sweep_lines
 from ckptqual.report.verdict import recorded_verdict
