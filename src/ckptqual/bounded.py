@@ -29,39 +29,29 @@ def _where(text: str, offset: int) -> str:
     return f"line {number}" + (f" ({key})" if key else "")
 
 
+# What the scan looks at, outside quoted strings and comments (which it skips whole): brackets and digit runs.
+_TOKENS = re.compile(
+    r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*|[\[{]|[\]}]|[0-9][0-9_]*',
+    re.DOTALL,
+)
+
+
 def _scan(text: str) -> None:
     """Refuses nesting deeper than MAX_DEPTH and a number longer than MAX_DIGITS digits, outside quoted strings
-    (JSON's and TOML's: "...", '...', and the triple-quoted), before a parser recurses or converts them."""
-    depth, index, length = 0, 0, len(text)
-    while index < length:
-        character = text[index]
-        if character in "\"'":
-            quote = character * 3 if text.startswith(character * 3, index) else character
-            index += len(quote)
-            while index < length and not text.startswith(quote, index):
-                index += 2 if text[index] == "\\" and character == '"' else 1
-            index += len(quote)
-            continue
-        if character == "#":
-            index = text.find("\n", index) % (length + 1) if "\n" in text[index:] else length
-            continue
-        if character in _OPENERS:
+    (JSON's and TOML's: "...", '...', and the triple-quoted) and comments, before a parser recurses or converts them."""
+    depth = 0
+    for token in _TOKENS.finditer(text):
+        first = token.group()[0]
+        if first in _OPENERS:
             depth += 1
             if depth > MAX_DEPTH:
-                raise ValueError(f"{_where(text, index)}: nests deeper than {MAX_DEPTH} levels; no such file needs it")
-        elif character in _CLOSERS:
+                where = _where(text, token.start())
+                raise ValueError(f"{where}: nests deeper than {MAX_DEPTH} levels; no such file needs it")
+        elif first in _CLOSERS:
             depth -= 1
-        elif character.isdigit():
-            end = index
-            while end < length and (text[end].isdigit() or text[end] == "_"):
-                end += 1
-            if end - index > MAX_DIGITS:
-                raise ValueError(
-                    f"{_where(text, index)}: a number of {end - index} digits; give one of at most {MAX_DIGITS}"
-                )
-            index = end
-            continue
-        index += 1
+        elif first.isdigit() and len(token.group()) > MAX_DIGITS:
+            where, digits = _where(text, token.start()), len(token.group())
+            raise ValueError(f"{where}: a number of {digits} digits; give one of at most {MAX_DIGITS}")
 
 
 def _key_path(path: tuple[str | int, ...]) -> str:
