@@ -59,7 +59,7 @@ def _key_path(path: tuple[str | int, ...]) -> str:
 
 
 def check_values(value: Any, path: tuple[str | int, ...] = ()) -> None:
-    """Refuses a number that is not finite or is larger than MAX_MAGNITUDE, and keys nested deeper than MAX_DEPTH
+    """Refuses a number larger than MAX_MAGNITUDE, and keys nested deeper than MAX_DEPTH
     (TOML's dotted keys nest without brackets), naming the key path."""
     if len(path) > MAX_DEPTH:
         raise ValueError(f"{_key_path(path[:MAX_DEPTH])}...: nests deeper than {MAX_DEPTH} levels; no file needs it")
@@ -76,7 +76,8 @@ def check_values(value: Any, path: tuple[str | int, ...] = ()) -> None:
 
 
 def _bounded(number: float) -> bool:
-    return math.isfinite(number) and abs(number) <= MAX_MAGNITUDE
+    """Within MAX_MAGNITUDE; NaN and infinity are left to the checks of each value, which name what it must be."""
+    return not math.isfinite(number) or abs(number) <= MAX_MAGNITUDE
 
 
 def _parsed(text: str, parse: Callable[[str], Any]) -> Any:
