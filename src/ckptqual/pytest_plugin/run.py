@@ -148,7 +148,7 @@ def say(config: pytest.Config, label: str | None = None) -> Callable[[str], None
     capture = config.pluginmanager.get_plugin("capturemanager")
 
     def write(line: str) -> None:
-        line = printable(f"[{label}] {line}" if label else line)
+        line = "\n".join(printable(part) for part in (f"[{label}] {line}" if label else line).split("\n"))
         if reporter is None:
             return
         if capture is None:
