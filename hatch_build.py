@@ -2,8 +2,9 @@
 keystream and checks, the POSIX engine's psync loop) into one library.
 
 - editable install (`pip install -e .`): into the source tree, beside the C files (git-ignores it);
-- wheel: into a scratch directory, force-included as ckptqual/io/native/libckptqual_native.so, the wheel then
-  tagged for this platform (py3-none-<platform>: the library does not use Python's C API).
+- wheel: into a scratch directory, force-included as ckptqual/io/native/libckptqual_native.so (with the record of
+  its SHA-256 beside it, .so.sha256), the wheel then tagged for this platform (py3-none-<platform>: the library
+  does not use Python's C API).
 
 Optional: where there is no C compiler ($CC, cc or gcc) or the compile fails, the build warns and goes on without
 it (a pure-Python wheel), and ckptqual runs its Python code instead, saying why in the settings it records. The
@@ -53,6 +54,7 @@ class NativeKernelsHook(BuildHookInterface):
         self.app.display_info(f"ckptqual: built its native kernels, {output}")
         if version != "editable":
             build_data["force_include"][str(output)] = IN_WHEEL
+            build_data["force_include"][str(native.build_record(output))] = IN_WHEEL + native.RECORD_SUFFIX
             build_data["pure_python"] = False
             build_data["tag"] = f"py3-none-{sysconfig.get_platform().replace('-', '_').replace('.', '_')}"
 

@@ -5,6 +5,7 @@ checks between batches, real failed and short reads, an interrupt, and the refus
 The loop under test is built from the source as it is now, into a temporary directory (the installed build may be
 missing, or stale while the source is being edited); without a C compiler those tests skip, saying so."""
 
+import hashlib
 import os
 import signal
 import threading
@@ -351,3 +352,53 @@ def test_a_build_without_a_working_compiler_says_why_and_leaves_no_library(tmp_p
     problem = library.build(built)
     assert problem is not None and problem.startswith(reason)
     assert not built.parent.exists() or list(built.parent.iterdir()) == []
+
+
+CONSTRUCTOR = """#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((constructor)) static void ckptqual_test_constructor(void) {
+    const char *marker = getenv("CKPTQUAL_TEST_CONSTRUCTOR_MARKER");
+    if (marker) close(open(marker, O_CREAT | O_WRONLY, 0600));
+}
+"""
+
+
+def _with_constructor(tmp_path: Path) -> list[Path]:
+    """The library's sources and one more whose constructor creates the file $CKPTQUAL_TEST_CONSTRUCTOR_MARKER."""
+    extra = tmp_path / "zz_constructor.c"
+    extra.write_text(CONSTRUCTOR)
+    return [*library.sources(), extra]
+
+
+@pytest.mark.parametrize("fault", ["stale sources", "altered file"])
+def test_a_stale_or_altered_library_is_refused_before_any_of_its_code_runs(tmp_path, monkeypatch, fault):
+    """The build records the library file's SHA-256 and its sources'; both are checked before the library is
+    loaded, so a refused build's constructor never runs, and the refusal gives the file's SHA-256."""
+    sources = _with_constructor(tmp_path)
+    built = tmp_path / library.LIBRARY.name
+    problem = library.build(built, sources, digest="0" * 64 if fault == "stale sources" else None)
+    if problem:
+        pytest.skip(f"ckptqual's native library cannot be built here: {problem}")
+    if fault == "altered file":
+        with built.open("ab") as file:
+            file.write(b"\0")
+    marker = tmp_path / "constructor-ran"
+    monkeypatch.setenv("CKPTQUAL_TEST_CONSTRUCTOR_MARKER", str(marker))
+    loaded, refused = library.load_from(built, sources)
+    actual = hashlib.sha256(built.read_bytes()).hexdigest()
+    assert loaded is None and f"(sha256 {actual})" in refused, refused
+    expected = "a stale build is not used" if fault == "stale sources" else "is not the file its build recorded"
+    assert expected in refused, refused
+    assert not marker.exists()
+
+
+def test_a_library_without_the_record_of_its_build_is_refused(tmp_path):
+    built = tmp_path / library.LIBRARY.name
+    problem = library.build(built)
+    if problem:
+        pytest.skip(f"ckptqual's native library cannot be built here: {problem}")
+    assert library.load_from(built, library.sources())[1] is None
+    library.build_record(built).unlink()
+    loaded, refused = library.load_from(built, library.sources())
+    assert loaded is None and f"has no record of its build ({built.name}.sha256)" in refused

@@ -12,6 +12,8 @@ PACKAGE = Path(ckptqual.__file__).parent
 ROOMS = (
     "faults",
     "resources",
+    "bounded",
+    "printable",
     "plan",
     "host",
     "io",

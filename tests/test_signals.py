@@ -38,3 +38,26 @@ def test_a_second_signal_while_the_first_stops_the_run_is_ignored(tmp_path, seco
     assert data["verdict"]["reasons"][0].startswith("the run was interrupted by SIGINT (Ctrl-C) during ")
     assert data["checkpoints"] and data["cleanup"]["removed"] is True
     assert list(target.iterdir()) == []
+
+
+def test_a_hang_up_during_a_checkpoint_stops_the_run_like_sigterm(tmp_path):
+    """SIGHUP (the terminal or SSH session closed) during pass 2: exit 2, INCOMPLETE as the last line, the JUnit XML
+    and the results with their verdict, and the target left as it was (no lock, marker or run directory)."""
+    target = tmp_path / "target"
+    target.mkdir()
+    reports = ["--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
+    suite = LiveSuite(tmp_path / "run.log", *SMALL, "--checkpoints-per-pass", "20", "--target", str(target), *reports)
+    suite.wait_for("ckptqual: pass 2 checkpoint 2/20")
+    suite.process.send_signal(signal.SIGHUP)
+    assert suite.finish() == 2, suite.output()[-3000:]
+    output = suite.output()
+    assert "Traceback" not in output, output[-3000:]
+    data = results(tmp_path / "r.json")
+    assert data["verdict"]["overall"] == "INCOMPLETE"
+    assert data["verdict"]["reasons"][0].startswith("the run was interrupted by SIGHUP during ")
+    last = output.rstrip().splitlines()[-1]
+    assert last.startswith(head(data["verdict"]) + "the run was interrupted by SIGHUP during "), last
+    cases = junit_cases(tmp_path / "q.xml")
+    assert cases["verdict"]["outcome"] == "failure" and "INCOMPLETE" in cases["verdict"]["message"]
+    assert data["cleanup"]["removed"] is True
+    assert list(target.iterdir()) == []

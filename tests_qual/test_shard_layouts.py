@@ -16,16 +16,23 @@ def test_shard_layouts(qualification, layout_strategy, verdict, say, pytestconfi
     """Each generated layout reads back byte for byte and keeps its throughput against a regular twin; the first
     is one large enough to judge, so that even one example measures something."""
     run = qualification.settings
-    results = []
+    results, failed = [], []
     judgeable = layout_strategy.filter(lambda plan: plan.total_bytes >= MIN_JUDGED_BYTES)
 
     def write_read_verify(plan):
-        results.append((plan, qualification.run_layout(plan, len(results))))
+        results.append((plan, qualification.run_layout(plan, len(results) + len(failed))))
 
     def generated(data):
         plan = data.draw(layout_strategy if results else judgeable, label="layout")
-        note_plan(plan)  # on failure, Hypothesis prints the layout and the plan file that reproduces it
-        write_read_verify(plan)
+        if failed:  # the drive (or the run) failed a layout: no more are written, and none is shrunk
+            return
+        note_plan(plan)  # on a failure of the suite's own, Hypothesis prints the layout and its plan file
+        try:
+            write_read_verify(plan)
+        except RunError as failure:
+            failed.append(failure)
+            say(f"ckptqual: layout {len(results)} failed: {describe_plan(plan)}; its plan, to replay it with "
+                f"--layout-plan FILE:\n{dump_plan(plan)}")  # fmt: skip
 
     if run.layout_plan is not None:
         write_read_verify(run.layout_plan)
@@ -38,6 +45,8 @@ def test_shard_layouts(qualification, layout_strategy, verdict, say, pytestconfi
             suppress_health_check=list(HealthCheck),
         )
         hypothesis_settings(seed(run.layout_seed)(given(st.data())(generated)))()
+    if failed:
+        raise failed[0]
     judged = [(plan, result) for plan, result in results if result.judged]
     if not judged:
         raise RunError(f"none of the {len(results)} layouts had 16 MiB or more: nothing to judge", "not-run")

@@ -31,6 +31,7 @@ from ckptqual.host.target import (
 )
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.workloads import WorkloadError, available_workloads, load_workload
+from ckptqual.printable import printable, printable_lines
 from ckptqual.report.compare import CompareError, compare_runs, parse_percentage
 from ckptqual.report.extract import ResultsError, Run, given_labels, labelled, load_run
 from ckptqual.report.mlperf import runs_lines
@@ -68,7 +69,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plan = load_workload(args.workload).plan()
     if scale != 1:
         plan = plan.scaled(scale)
-    print(json.dumps(plan.to_dict(), indent=2) if args.json else format_plan(plan))
+    lines = [json.dumps(plan.to_dict(), indent=2)] if args.json else printable_lines(format_plan(plan).splitlines())
+    print(*lines, sep="\n")
     return 0
 
 
@@ -146,9 +148,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
     try:
         cleaning = clean_target(Path(args.target), dry_run=args.dry_run)
     except NothingToClean as nothing:
-        print(f"nothing to clean: {nothing}")
+        print(printable(f"nothing to clean: {nothing}"))
         return 0
-    print(format_cleaning(cleaning))
+    print(*printable_lines(format_cleaning(cleaning).splitlines()), sep="\n")
     return 0 if cleaning.complete else 1
 
 
@@ -186,7 +188,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         page = write_report(runs, output)
     except OSError as error:  # something put in a file's way since the check (output_file refuses it)
         raise SettingsError(f"-o {output}: {os_error_line(error, 'write')}") from None
-    print(f"ckptqual report: wrote {page} and its figures")
+    print(printable(f"ckptqual report: wrote {page} and its figures"))
     return 0
 
 
@@ -195,13 +197,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     allowed = parse_percentage(args.max_regression)
     base, new = _labelled_runs([args.base, args.new], args.label)
     changes, lines = compare_runs(base, new, allowed, args.metric)
-    print(*lines, sep="\n")
+    print(*printable_lines(lines), sep="\n")
     return 1 if any(change.regressed for change in changes) else 0
 
 
 def cmd_mlperf(args: argparse.Namespace) -> int:
     """`ckptqual mlperf RESULTS.json [MORE.json ...]`: MLPerf Storage's checkpoint metrics per run and their mean."""
-    print(*runs_lines([load_run(Path(path)) for path in args.results]), sep="\n")
+    print(*printable_lines(runs_lines([load_run(Path(path)) for path in args.results])), sep="\n")
     return 0
 
 
@@ -274,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (SettingsError, WorkloadError, TargetError, ResultsError, CompareError) as err:
-        print(f"ckptqual {args.command}: {err}", file=sys.stderr)
+        print(printable(f"ckptqual {args.command}: {err}"), file=sys.stderr)
         return 2
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ckptqual.bounded import load_toml
 from ckptqual.config.table import PARTS, SETTINGS, Setting
 from ckptqual.config.values import FLAG, TEXT, KeyTable, Kind, SettingsError, choice, list_of, number, size, whole
 from ckptqual.io.readers import TRANSFERS
@@ -217,7 +218,7 @@ def load_drive_file(name_or_path: str, table: Iterable[Setting] = SETTINGS) -> D
     except (LookupError, FileNotFoundError) as error:
         raise SettingsError(str(error)) from error
     try:
-        data = tomllib.loads(read_text_file(path, MAX_FILE_BYTES))
+        data = load_toml(read_text_file(path, MAX_FILE_BYTES))
     except tomllib.TOMLDecodeError as error:
         raise SettingsError(f"{path}: not valid TOML: {error}; fix the syntax there") from error
     except ValueError as error:

@@ -16,6 +16,7 @@ from typing import Any
 from ckptqual.faults import RunError
 from ckptqual.limits.judgement import Judgement
 from ckptqual.limits.limits import Limit, Outcome
+from ckptqual.printable import printable
 
 # Within one test the most severe finding decides; a figure that does not count (INVALID) cannot pass or fail.
 _SEVERITY = (Outcome.INVALID, Outcome.FAIL, Outcome.NOT_STEADY, Outcome.MARGINAL, Outcome.PASS)
@@ -210,9 +211,11 @@ class RunVerdict:
     basis: tuple[str, ...] = ()
 
     def line(self) -> str:
-        """`ckptqual verdict: WORD (basis; basis): reason | reason`."""
+        """`ckptqual verdict: WORD (basis; basis): reason | reason`, one printable line whatever its reasons hold
+        (a drive file's or a record's text cannot end it and forge another)."""
         basis = f" ({'; '.join(self.basis)})" if self.basis else ""
-        return f"ckptqual verdict: {self.overall}{basis}" + (f": {' | '.join(self.reasons)}" if self.reasons else "")
+        reasons = f": {' | '.join(self.reasons)}" if self.reasons else ""
+        return printable(f"ckptqual verdict: {self.overall}{basis}{reasons}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"overall": str(self.overall), "reasons": list(self.reasons), "basis": list(self.basis)}

@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ckptqual.bounded import load_json
 from ckptqual.plan.keys import key_problem
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.resources import read_text_file
@@ -99,9 +100,11 @@ def load_plan(text_or_path: str | os.PathLike[str]) -> CheckpointPlan:
 
 def _parse_text(text: str) -> CheckpointPlan:
     try:
-        doc = json.loads(text)
+        doc = load_json(text)
     except json.JSONDecodeError as err:
         raise PlanFileError(f"not valid JSON ({err}); fix the syntax") from None
+    except ValueError as err:
+        raise PlanFileError(str(err)) from None
     plan = _parse(doc)
     validate_plan(plan)
     return plan
@@ -172,6 +175,8 @@ def _path_problem(path: Any) -> str | None:
     """Why `path` cannot name a file inside a checkpoint directory, or None."""
     if not isinstance(path, str) or not path:
         return f"must be a non-empty string, got {_shown(path)}"
+    if not path.isprintable():
+        return f"must be printable UTF-8 text (no control characters or lone surrogates), got {_shown(path)}"
     if path.startswith("/") or "\\" in path or "\0" in path:
         return f"must be a relative '/'-separated path, got {_shown(path)}"
     if any(part in ("", ".", "..") for part in path.split("/")):

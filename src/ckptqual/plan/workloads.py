@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ckptqual.bounded import load_toml
 from ckptqual.plan.keys import key_problem
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.resources import named_files, read_text_file, resolve
 
 WORKLOAD_DIR = "fixtures/workloads"
 MAX_FILE_BYTES = 1 << 20  # a workload file is a few dozen lines
+MAX_PLAN_FILES = 1_000_000  # the largest shipped workload writes 2,072 files per checkpoint
 LAYOUTS = ("deepspeed", "dlio-v2")
 DEEPSPEED_DIR = "global_epoch1_step1"
 ARCH_KEYS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab")
@@ -296,6 +298,12 @@ class Workload:
             _check_int("model.parameters", self.parameters)
         elif self.parameters is not None:
             raise WorkloadError("model.parameters: only for layout dlio-v2; deepspeed derives N from the model")
+        files = self.parallelism.processes * (self.model.layers + 4)  # at most a file per layer and rank, and more
+        if files > MAX_PLAN_FILES:
+            raise WorkloadError(
+                f"model.layers and parallelism: {self.model.layers:,} layers over {self.parallelism.processes:,} "
+                f"ranks make a plan of up to {files:,} files, more than {MAX_PLAN_FILES:,}; give fewer of either"
+            )
 
     def parameter_count(self) -> int:
         """Model parameters: N of docs/facts.md, or the dlio-v2 file's `parameters`."""
@@ -330,7 +338,7 @@ def load_workload(name_or_path: str) -> Workload:
         raise WorkloadError(str(err)) from None
     shown = _shown(path)
     try:
-        doc = tomllib.loads(read_text_file(path, MAX_FILE_BYTES))
+        doc = load_toml(read_text_file(path, MAX_FILE_BYTES))
     except tomllib.TOMLDecodeError as err:
         raise WorkloadError(f"{shown}: not valid TOML ({err}); fix the syntax") from None
     except ValueError as err:

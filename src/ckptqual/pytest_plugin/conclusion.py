@@ -12,6 +12,7 @@ import pytest
 from ckptqual.faults import RunError
 from ckptqual.limits.limits import Outcome
 from ckptqual.limits.verdict import Conclusion, Findings, outcome_of_error
+from ckptqual.printable import printable
 from ckptqual.pytest_plugin.drives import crashed_before
 from ckptqual.pytest_plugin.junit import LINE_PROPERTY
 from ckptqual.pytest_plugin.options import DRIVE
@@ -68,7 +69,7 @@ class TestVerdict:
         conclusion = self.findings.conclusion()
         self.item.stash[_CONCLUSION] = conclusion
         self.record_property("ckptqual.outcome", str(conclusion.outcome))
-        message = conclusion.message(self.item.stash.get(SUBJECT, self.item.name))
+        message = printable(conclusion.message(self.item.stash.get(SUBJECT, self.item.name)))
         if conclusion.outcome is Outcome.MARGINAL:
             warnings.warn(MarginalWarning(message), stacklevel=2)
         if conclusion.failed:
@@ -109,15 +110,15 @@ def pytest_runtest_makereport(
         if record is not None:
             record.record_test(report.nodeid, item.stash[SUBJECT], outcome, message, report.when)
         conclusion = item.stash.get(_CONCLUSION, None) if report.when == "call" else None
-        line = conclusion.figures_line(item.stash[SUBJECT]) if conclusion is not None else message
+        line = printable(conclusion.figures_line(item.stash[SUBJECT]) if conclusion is not None else message)
         item.user_properties.append((LINE_PROPERTY, line))  # the JUnit XML takes the teardown report's properties
         if report.when == "teardown":
             report.user_properties.append((LINE_PROPERTY, line))
         if conclusion is not None:  # a verdict: one line with what, where and why, and every judged figure
             figures = f" || figures: {'; '.join(conclusion.figures)}" if conclusion.figures else ""
-            report.longrepr = message + figures
+            report.longrepr = printable(message + figures)
         elif call.excinfo is not None and isinstance(call.excinfo.value, RunError):  # an expected fault: one line
-            report.longrepr = message
+            report.longrepr = printable(message)
     return report
 
 

@@ -26,6 +26,7 @@ from ckptqual.config.values import SettingsError
 from ckptqual.faults import os_error_line
 from ckptqual.limits.verdict import Overall, RunVerdict
 from ckptqual.output_file import write_file
+from ckptqual.printable import printable
 
 VERDICT_NODEID = "ckptqual::verdict"
 LINE_PROPERTY = "ckptqual.line"  # a test case's one line, copied into its <system-out>
@@ -118,7 +119,7 @@ def report_verdict(session: pytest.Session, verdict: RunVerdict, label: str | No
     suffix = f"[{label}]" if label else ""
     name = f"ckptqual.limits.verdict{suffix}"
     suite_property(session.config, name, str(verdict.overall))
-    suite_property(session.config, f"{name}.reasons", " | ".join(verdict.reasons))
+    suite_property(session.config, f"{name}.reasons", printable(" | ".join(verdict.reasons)))
     suite_property(session.config, f"{name}.basis", "; ".join(verdict.basis))
     qualified = verdict.overall == "QUALIFIED"
     location = ("ckptqual", None, f"ckptqual verdict{suffix}")

@@ -14,6 +14,7 @@ import pytest
 from ckptqual.config.space import LAYOUT_MAX_FILES
 from ckptqual.faults import RunError
 from ckptqual.plan.strategies import layouts
+from ckptqual.printable import printable
 from ckptqual.pytest_plugin.drives import (
     DRIVE_ARG,
     INDEX,
@@ -123,10 +124,11 @@ def qualification(request: pytest.FixtureRequest, ckptqual_drive: str | None) ->
 
 
 class Interrupts:
-    """SIGINT and SIGTERM while a drive is qualified: the first stops the run as Ctrl-C does (ranks stopped, partial
-    files removed, reports written); a later one, while that goes on, is ignored: stopping is never cut short."""
+    """SIGINT, SIGTERM and SIGHUP (a closed terminal or SSH session) while a drive is qualified: the first stops the
+    run as Ctrl-C does (ranks stopped, partial files removed, reports written); a later one, while that goes on, is
+    ignored: stopping is never cut short."""
 
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.first: str | None = None
@@ -145,7 +147,7 @@ def say(config: pytest.Config, label: str | None = None) -> Callable[[str], None
     capture = config.pluginmanager.get_plugin("capturemanager")
 
     def write(line: str) -> None:
-        line = f"[{label}] {line}" if label else line
+        line = "\n".join(printable(part) for part in (f"[{label}] {line}" if label else line).split("\n"))
         if reporter is None:
             return
         if capture is None:
@@ -172,7 +174,8 @@ def redraw(config: pytest.Config) -> Callable[[str], None] | None:
     def draw(text: str) -> None:
         with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
             reporter.ensure_newline()
-            reporter.write(f"\r{text[: _columns() - 1]}\x1b[K", flush=True)  # never wider than the terminal: no wrap
+            shown = printable(text)[: _columns() - 1]  # never wider than the terminal: no wrap
+            reporter.write(f"\r{shown}\x1b[K", flush=True)
 
     return draw
 

@@ -16,6 +16,7 @@ import matplotlib
 from ckptqual import __version__
 from ckptqual.config.outputs import FIGURE_SUFFIX, REPORT_PAGE
 from ckptqual.output_file import write_file
+from ckptqual.printable import printable_lines
 from ckptqual.report.extract import Run
 from ckptqual.report.figures import Drawn, draw_all
 from ckptqual.report.labels import IDENTITY_HEADERS, identity_rows
@@ -294,9 +295,9 @@ def _change(before: dict[str, Any], after: dict[str, Any], key: str) -> Any:
 
 
 def _summary(data: dict[str, Any]) -> str:
-    text = "\n".join(summary_lines(data))
+    text = "\n".join(printable_lines(summary_lines(data)))
     if "sweep" in data:
-        text += "\n\nread sweep:\n" + "\n".join(sweep_lines(data["sweep"]))
+        text += "\n\nread sweep:\n" + "\n".join(printable_lines(sweep_lines(data["sweep"])))
     return f'<pre class="summary">{escape(text)}</pre>'
 
 

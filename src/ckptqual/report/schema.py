@@ -14,12 +14,17 @@ from jsonschema.exceptions import ValidationError, best_match
 
 from ckptqual.limits.units import UNITS
 
-NUMBER: dict[str, Any] = {"type": "number"}
-INTEGER: dict[str, Any] = {"type": "integer"}
-STRING: dict[str, Any] = {"type": "string"}
+# Every number and string a view reads is bounded, so that arithmetic on it cannot overflow and printing it stays
+# a line: no count, size, rate or time of a run comes near an exabyte, and no text it records near 64 KiB.
+MAGNITUDE = {"minimum": -1e18, "maximum": 1e18}
+MAX_TEXT = {"maxLength": 1 << 16}
+NUMBER: dict[str, Any] = {"type": "number", **MAGNITUDE}
+INTEGER: dict[str, Any] = {"type": "integer", **MAGNITUDE}
+STRING: dict[str, Any] = {"type": "string", **MAX_TEXT}
 BOOLEAN: dict[str, Any] = {"type": "boolean"}
 OBJECT: dict[str, Any] = {"type": "object"}
-SCALAR: dict[str, Any] = {"type": ["string", "number", "boolean", "null"]}  # printed, compared or a dictionary key
+# printed, compared or a dictionary key
+SCALAR: dict[str, Any] = {"type": ["string", "number", "boolean", "null"], **MAGNITUDE, **MAX_TEXT}
 
 
 def nullable(kind: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +106,19 @@ CEILING = record(
     },
     ("cores", "usable_cores", "drives_at_once", "engine", "rounds", "phases"),
 )
-SETTINGS = record({"scale": NUMBER, "thresholds_file": STRING, "workload": SCALAR, "sources": OBJECT})
+SETTINGS = record(
+    {
+        "scale": NUMBER,
+        "thresholds_file": STRING,
+        "workload": SCALAR,
+        "sources": OBJECT,
+        **{key: nullable(STRING) for key in ("drive", "engine", "target", "results")},
+        **{key: SCALAR for key in ("seed", "checkpoints_per_pass", "passes", "layout_seed", "layout_max_total_bytes")},
+        "drives_at_once": INTEGER,
+        "require_steady_state": nullable(BOOLEAN),
+    }
+)
+TEXTS = mapping(SCALAR)  # an object of printed words: the target's path and run directory
 BASELINE = record(
     {
         "write_GBps": array(NUMBER),
@@ -185,7 +202,7 @@ CELL = record(
         "threads": {**INTEGER, "minimum": 1},
         "outcome": STRING,
         "GiBps": NUMBER,
-        "settings": OBJECT,
+        "settings": record({"direct_io": BOOLEAN}),
         "device": DEVICE,
         **HOST_FIGURES,
     },
@@ -274,8 +291,8 @@ RUN = record(
         "settings": SETTINGS,
         "environment": OBJECT,
         "plan": record({"total_bytes": NUMBER}),
-        "target": OBJECT,
-        "drive": OBJECT,
+        "target": TEXTS,
+        "drive": record({key: SCALAR for key in ("model", "serial", "firmware", "device", "filesystem")}),
         "ceiling": CEILING,
         "baseline": BASELINE,
         "passes": array(PASS),
@@ -375,6 +392,9 @@ def _problem(error: ValidationError) -> str:
     if error.validator in ("minimum", "exclusiveMinimum"):
         bound = "at least" if error.validator == "minimum" else "above"
         return f"{where}: {_described(error.instance)} where a number {bound} {error.validator_value:g} belongs"
+    if error.validator in ("maximum", "maxLength"):
+        what = _described(error.instance) if error.validator == "maximum" else f"{len(error.instance):,} characters"
+        return f"{where}: {what} where at most {error.validator_value:g} belongs"
     if error.validator == "minItems":
         return f"{where}: {len(error.instance)} items where at least {error.validator_value} belong"
     if error.validator == "enum":

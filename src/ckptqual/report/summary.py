@@ -175,7 +175,8 @@ def _layout_line(data: dict[str, Any], outcomes: dict[str, str]) -> list[str]:
     judged = [layout for layout in data.get("layouts", []) if layout.get("judged")]
     if not judged and "shard layouts" not in outcomes:
         return []
-    text = f"odd shard layouts: {len(data.get('layouts', []))} written and verified"
+    written = [layout for layout in data.get("layouts", []) if "error" not in layout]
+    text = f"odd shard layouts: {len(written)} written and verified"
     if judged:
         worst = min(judged, key=lambda layout: layout["ratio"])
         text += f", slowest ratio {worst['ratio']:.2f} (layout {worst['example']})"

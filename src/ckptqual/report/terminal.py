@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ckptqual.printable import printable_lines
 from ckptqual.report.drives import drives_lines
 from ckptqual.report.summary import summary_lines
 from ckptqual.report.sweep_table import sweep_lines
@@ -12,12 +13,13 @@ from ckptqual.report.verdict import recorded_verdict
 
 
 def report_sections(data: dict[str, Any]) -> list[tuple[str, list[str]]]:
-    """Each section's title and lines, as pytest's terminal summary and `ckptqual summary` print them."""
+    """Each section's title and lines, as pytest's terminal summary and `ckptqual summary` print them: every line
+    printable, whatever the record's text holds."""
     if "drives" in data:  # the index of a run over several drives (report.drives)
-        return [("ckptqual drives", drives_lines(data))]
-    sections = [("ckptqual summary", summary_lines(data))]
+        return [("ckptqual drives", printable_lines(drives_lines(data)))]
+    sections = [("ckptqual summary", printable_lines(summary_lines(data)))]
     if "sweep" in data:
-        sections.append(("ckptqual read sweep", sweep_lines(data["sweep"])))
+        sections.append(("ckptqual read sweep", printable_lines(sweep_lines(data["sweep"]))))
     return sections
 
 

@@ -191,6 +191,10 @@ class NodePool(Pool):
         self._store.set(RUN, self._run)
         try:
             self._await_workers(max(timeout_s, START_TIMEOUT_S))
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: answered now, the late ranks not waited for
+            self.stopped = "the run was interrupted"
+            self._shut_down(grace_s=0, late_s=0)
+            raise
         except BaseException:
             self._shut_down()
             raise
@@ -355,17 +359,17 @@ class NodePool(Pool):
         if len(self._refusals) > refused and refused == 0:
             raise RankFailure(f"{self._refusals[0]}; nothing in it was acted on, and the run was stopped", "stopped")
 
-    def _shut_down(self, grace_s: float = _STOP_GRACE_S) -> None:
-        """Tells every worker to stop (a signed stop) and waits for them to go, then ends the store's server, which
-        ends any worker still connected to it. A worker that did not say it went (or, here, is still in the process
-        table) is named in `abandoned`, with the command to find it."""
+    def _shut_down(self, grace_s: float = _STOP_GRACE_S, late_s: float = _LATE_WAIT_S) -> None:
+        """Tells every worker to stop (a signed stop) and waits for them to go (`late_s` more for ranks that had not
+        joined yet), then ends the store's server, which ends any worker still connected to it. A worker that did not
+        say it went (or, here, is still in the process table) is named in `abandoned`, with the command to find it."""
         if self._store is None:
             return
         stop = {"reason": self.stopped or "", "planned": self.stopped is None}
         with contextlib.suppress(RuntimeError):
             self._store.set(STOP, self._wire.seal(STOP, "stop", stop))
         self.stopped = self.stopped or "they were closed"
-        deadline = time.monotonic() + grace_s + (_LEAVE_WAIT_S if len(self.workers) == self.ranks else _LATE_WAIT_S)
+        deadline = time.monotonic() + grace_s + (_LEAVE_WAIT_S if len(self.workers) == self.ranks else late_s)
         while not self._all_gone() and time.monotonic() < deadline:
             time.sleep(_POLL_S)
         unheard = sorted(set(range(self.ranks)) - {w.rank for w in self.workers} - self._gone)

@@ -40,7 +40,8 @@ _AFTER_TIMING: dict[str, Callable[[RankIO, Task], dict[str, Any]]] = {"read": re
 def serve(rank: int, seed: int, chunk_bytes: int, lanes: int, conn: Connection, barrier: Any) -> None:
     """A rank's loop: wait for a task, meet the others at the barrier, do it, report; ends with its parent. `lanes`:
     the threads the rank may use (its share of the host's cores)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
+    for signum in (signal.SIGINT, signal.SIGHUP):  # the parent decides what an interrupt or a hang-up stops
+        signal.signal(signum, signal.SIG_IGN)
     use_lanes(lanes)
     threading.Thread(target=_end_with, args=(os.getppid(),), name="ckptqual-parent-watch", daemon=True).start()
     io = RankIO(PayloadGenerator(seed), rank=rank, chunk_bytes=chunk_bytes)

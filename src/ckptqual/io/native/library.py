@@ -2,10 +2,13 @@
 fits its sources.
 
 The library is optional. The build hook (hatch_build.py, at install) compiles the C files with the system C
-compiler into one library beside them, embedding the SHA-256 of the sources it compiled; where there is no compiler
-or the compile fails, the install goes on without it and ckptqual runs its Python code instead. `load` refuses a
-library that is missing, does not load, or was built from other versions of the sources than those beside it (a
-stale build), and says why, for the settings of whatever runs without it.
+compiler into one library beside them, embedding the SHA-256 of the sources it compiled, and records beside it
+(RECORD_SUFFIX) the SHA-256 of the library file it wrote and of those sources; where there is no compiler or the
+compile fails, the install goes on without it and ckptqual runs its Python code instead. `load` refuses a library
+that is missing, is not the file its build recorded, was built from other versions of the sources than those beside
+it (a stale build) or does not load, and says why (with the file's SHA-256), for the settings of whatever runs
+without it. Both checks come before the library is loaded, so none of its code runs in a refused build; they detect
+a stale or damaged build, not a tampered install: whoever can write the library can write this file too.
 
 Standard library only, and nothing from ckptqual: the build hook loads this file by its path, before ckptqual or
 its dependencies are installed. `python -m ckptqual.io.native.library` builds the library in place.
@@ -29,6 +32,21 @@ HERE = Path(__file__).parent
 LIBRARY = HERE / "libckptqual_native.so"
 CFLAGS = ("-O2", "-shared", "-fPIC", "-pthread", "-Wall")
 REBUILD = "pip install -e . in the ckptqual checkout, or python -m ckptqual.io.native.library, rebuilds it"
+RECORD_SUFFIX = ".sha256"  # beside the library: "<SHA-256 of the library file> <SHA-256 of its sources>"
+
+
+def build_record(library: Path) -> Path:
+    """Where the build records the library's SHA-256 and its sources'."""
+    return library.with_name(library.name + RECORD_SUFFIX)
+
+
+def file_digest(fd: int) -> str:
+    """The SHA-256 of the open file `fd`, read from its start."""
+    digest, offset = hashlib.sha256(), 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        digest.update(chunk)
+        offset += len(chunk)
+    return digest.hexdigest()
 
 
 def sources(folder: Path = HERE) -> list[Path]:
@@ -77,7 +95,14 @@ def build(output: Path = LIBRARY, files: Sequence[Path] | None = None, digest: s
             failed = f"{shlex.join(command)} failed to compile {names} (exit {done.returncode})"
             return f"{failed}: {said}" if said else failed
         os.chmod(partial, 0o755)
+        with open(partial, "rb") as compiled:
+            recorded = f"{file_digest(compiled.fileno())} {digest}\n"
         os.replace(partial, output)  # a process that loaded the old library keeps its copy
+        fd, record = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
+        with os.fdopen(fd, "w") as file:
+            file.write(recorded)
+        os.chmod(record, 0o644)
+        os.replace(record, build_record(output))
         return None
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"{shlex.join(command)} could not compile {names}: {error}"
@@ -94,16 +119,40 @@ def load_from(library: Path, files: Sequence[Path]) -> tuple[ctypes.CDLL | None,
     if missing or not files:
         return None, f"the sources of {library.name} are missing, so it cannot be checked against them"
     try:
-        loaded = ctypes.CDLL(str(library))
+        recorded_file, recorded_sources = build_record(library).read_text().split()
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None, f"{library} has no record of its build ({build_record(library).name}): not used; {REBUILD}"
+    fd = os.open(library, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        actual = file_digest(fd)
+        if actual != recorded_file:
+            return None, (
+                f"{library} (sha256 {actual}) is not the file its build recorded (sha256 {recorded_file[:12]}): "
+                f"not used; {REBUILD}"
+            )
+        digest = source_digest(files)
+        if recorded_sources != digest:
+            return None, (
+                f"{library} (sha256 {actual}) was built from other versions of its sources (sha256 "
+                f"{recorded_sources[:12]}, the files are {digest[:12]} now): a stale build is not used; {REBUILD}"
+            )
+        return _opened(f"/proc/self/fd/{fd}", library, digest)  # the very file hashed, not one swapped in since
+    finally:
+        os.close(fd)
+
+
+def _opened(path: str, library: Path, digest: str) -> tuple[ctypes.CDLL | None, str | None]:
+    """The library loaded from `path` (an open descriptor of `library`), if the source digest it embeds is `digest`."""
+    try:
+        loaded = ctypes.CDLL(path)
         function = loaded.ckptqual_native_source
         function.restype = ctypes.c_char_p
         embedded = function().decode()
     except (OSError, AttributeError) as error:
         return None, f"{library} does not load as ckptqual's native kernels: {error}"
-    digest = source_digest(files)
     if embedded != digest:
         return None, (
-            f"{library} was built from other versions of its sources (sha256 {embedded[:12]}, the files are "
+            f"{library} embeds the digest of other versions of its sources (sha256 {embedded[:12]}, the files are "
             f"{digest[:12]} now): a stale build is not used; {REBUILD}"
         )
     return loaded, None
