@@ -39,15 +39,23 @@ def write_checkpoint_files(io: RankIO, task: Task) -> int:
     for parent in sorted({directory} | {path.parent for path in paths}):
         with io.directory(parent, create=True):
             pass
-    io.stage = "write"
-    for index, (path, spec) in enumerate(zip(paths, plan.files, strict=True)):
-        try:
-            engine.write(path, spec, index, io)
-        except OSError as error:
-            raise on_path(error, path) from None
-    io.stage = "fsync"
-    for path in paths:
-        fsync_path(io, path)
-    for parent in directories_to_sync(directory, [spec.path for spec in plan.files]):
-        fsync_directory(io, parent)
+    finish = getattr(engine, "finish", None)  # a format's commit after every rank's files are durable (dcp)
+    try:
+        io.stage = "write"
+        for index, (path, spec) in enumerate(zip(paths, plan.files, strict=True)):
+            try:
+                engine.write(path, spec, index, io)
+            except OSError as error:
+                raise on_path(error, path) from None
+        io.stage = "fsync"
+        for path in paths:
+            fsync_path(io, path)
+        for parent in directories_to_sync(directory, [spec.path for spec in plan.files]):
+            fsync_directory(io, parent)
+    except BaseException:
+        if finish is not None and hasattr(io.barrier, "abort"):
+            io.barrier.abort()  # the others wait for this rank in `finish`: they fail now, not at the timeout
+        raise
+    if finish is not None:
+        finish(io, task)
     return plan.nbytes

@@ -63,6 +63,7 @@ def run_task(io: RankIO, task: Task, barrier: Any) -> dict[str, Any]:
     """Meets the other ranks at `barrier` (anything with `wait()`), does the task timed and reports it; a failure is
     reported, never raised."""
     io.checkpoint, io.payload_cpu_s, io.generated_bytes, io.stage = task.checkpoint, 0.0, 0, task.op
+    io.barrier = barrier
     try:
         barrier.wait()
         with task.run_root().open() as io.tree:  # opened untimed, before the common start

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -42,6 +42,7 @@ class RankIO:
     generated_bytes: int = 0
     stage: str = "write"
     tree: RunTree | None = None
+    barrier: Any = None  # where every rank of the task meets (set by the worker); an engine's `finish` may wait there
 
     def __post_init__(self) -> None:
         self.buffer = np.empty(self.chunk_bytes, dtype=np.uint8)
