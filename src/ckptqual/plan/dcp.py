@@ -82,7 +82,8 @@ def dcp_plan(plan: CheckpointPlan, threads: int = 1) -> CheckpointPlan:
             files.append(FilePlan(f"__{rank.rank}_{index}.distcp", tuple(bucket)))
             for position, spec in enumerate(bucket):
                 if dtypes.setdefault(spec.name, spec.dtype) != spec.dtype:
-                    raise ValueError(f"tensor {spec.name!r} is {spec.dtype} on rank {rank.rank}, {dtypes[spec.name]} before")
+                    earlier = dtypes[spec.name]
+                    raise ValueError(f"tensor {spec.name!r} is {spec.dtype} on rank {rank.rank}, {earlier} before")
                 chunks.append(Chunk(spec, offsets.get(spec.name, 0), rank.rank, index, position))
                 offsets[spec.name] = offsets.get(spec.name, 0) + spec.numel
         rank_files.append((rank.rank, tuple(files)))

@@ -121,7 +121,8 @@ class DcpEngine:
             try:
                 dcp_load(state, storage_reader=reader, planner=_WindowPlanner(windows))
             except Exception as error:
-                raise IntegrityError(f"{directory.name}: dcp.load failed though the verified read passed: {error}") from error
+                message = f"{directory.name}: dcp.load failed though the verified read passed: {error}"
+                raise IntegrityError(message) from error
         for chunk in sampled:
             data = state[chunk.spec.name].view(torch.uint8).numpy()
             for mismatch in io.verify(data, chunk.file, chunk.tensor, 0):
@@ -189,7 +190,7 @@ def checked_metadata(io: RankIO, task: Any) -> bytes:
     finally:
         os.close(fd)
     if found != expected:
-        at = next((i for i, (a, b) in enumerate(zip(found, expected)) if a != b), min(len(found), len(expected)))
+        at = first_difference(found, expected)
         raise IntegrityError(
             f"{directory.name}/{METADATA}: not the metadata written ({len(found)} bytes, {len(expected)} expected; "
             f"first difference at byte {at}); refused before anything unpickled it"
@@ -264,8 +265,14 @@ def _read_file(fd: int, spec: FilePlan, file_index: int, io: RankIO, label: str)
 def _expect(fd: int, offset: int, expected: bytes, label: str, what: str) -> None:
     found = _read_at(fd, offset, len(expected), label)
     if found != expected:
-        at = next((i for i, (a, b) in enumerate(zip(found, expected)) if a != b), len(found))
+        at = first_difference(found, expected)
         raise IntegrityError(f"{label}: {what} differs from what was written at file offset {offset + at}")
+
+
+def first_difference(found: bytes, expected: bytes) -> int:
+    """The offset of the first byte where `found` and `expected` differ (the shorter's length if one is a prefix)."""
+    shorter = min(len(found), len(expected))
+    return next((i for i in range(shorter) if found[i] != expected[i]), shorter)
 
 
 def _read_at(fd: int, offset: int, size: int, label: str) -> bytes:

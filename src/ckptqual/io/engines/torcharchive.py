@@ -138,7 +138,8 @@ class TensorArchive:
         tail += directory
         end = directory_offset + len(directory)
         count = len(records)
-        tail += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 45, 0, 0, count, count, len(directory), directory_offset)
+        zip64_end = (0x06064B50, 44, 0x031E, 45, 0, 0, count, count, len(directory), directory_offset)
+        tail += struct.pack("<IQHHIIQQQQ", *zip64_end)
         tail += struct.pack("<IIQI", 0x07064B50, 0, end, 1)
         tail += struct.pack(
             "<IHHHHIIH", 0x06054B50, 0, 0, count, count, min(len(directory), _LIMIT), min(directory_offset, _LIMIT), 0
