@@ -29,6 +29,8 @@ from ckptqual.config.values import (
 from ckptqual.io.readers import TRANSFERS
 from ckptqual.io.readers.base import ALIGN_BYTES
 from ckptqual.limits.units import format_size
+from ckptqual.plan.dcp import MAX_THREADS as MAX_DCP_THREADS
+from ckptqual.plan.formats import DEFAULT_FORMAT, FORMAT_ENGINES, FORMATS
 
 MAX_SEED = 2**32 - 1
 MIN_RANK_TIMEOUT_S = 1.0
@@ -39,7 +41,7 @@ PARTS = ("baseline", "fill", "restore", "sweep", "layouts")  # what a drive file
 def _engines() -> Collection[str]:
     from ckptqual.io.engines import ENGINES  # when first checked: it loads torch, which `ckptqual plan` never needs
 
-    return ENGINES
+    return [name for name in ENGINES if name not in FORMAT_ENGINES.values()]  # a format's own engine: --format
 
 
 COMMAND_LINE, DEFAULT = "command line", "default"
@@ -112,6 +114,11 @@ SETTINGS: tuple[Setting, ...] = (
             f"checkpoint holds less than one {format_size(ALIGN_BYTES)} block per file"),
     Setting("engine", "--engine", "run", choice(_engines, "engine"), "stream",
             "how checkpoint files are written: stream (bounded memory), stream-direct (O_DIRECT) or torch-save"),
+    Setting("format", "--format", "run", choice(FORMATS, "format"), DEFAULT_FORMAT,
+            "checkpoint format: torch-save (DLIO's torch.save files, written by --engine), dcp "
+            "(torch.distributed.checkpoint's FileSystemWriter files); a workload file may name it too"),
+    Setting("dcp_threads", "--dcp-threads", "run", whole(1, MAX_DCP_THREADS), "1",
+            "files each rank writes under --format dcp (FileSystemWriter's thread_count)"),
     Setting("checkpoints_per_pass", "--checkpoints-per-pass", "run", whole(1), "3",
             "checkpoints per fill pass (the retention limit)"),
     Setting("fill_fraction", "--fill-fraction", "run", fraction("fraction"), None,

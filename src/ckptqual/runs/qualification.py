@@ -30,6 +30,7 @@ from ckptqual.limits.health import check_health
 from ckptqual.limits.judgement import Judgement, judge
 from ckptqual.limits.measurements import MEASUREMENTS, Taken, field, in_recorded_unit, taken_at
 from ckptqual.limits.steady import SteadyState, steady_state
+from ckptqual.plan.formats import shared_files
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.planfile import dump_plan
 from ckptqual.runs import raw
@@ -82,7 +83,7 @@ class Qualification:
             self.run_dir / "checkpoints",
             settings.plan,
             self.pool,
-            settings.engine,
+            settings.checkpoint_engine,
             settings.checkpoints_per_pass,
             remove=self.remove,
             on_checkpoint=self._checkpoint_done,
@@ -98,7 +99,8 @@ class Qualification:
         """Records in the run directory's manifest every file the run will write, before it writes any, and makes
         the directories the ranks write into (at start: a drive that hangs now hangs before anything is timed)."""
         plan = self.settings.plan
-        self.space.declare("checkpoints/checkpoint-*", [spec.path for rank in plan.ranks for spec in rank.files])
+        files = [spec.path for rank in plan.ranks for spec in rank.files] + list(shared_files(self.settings.format))
+        self.space.declare("checkpoints/checkpoint-*", files)
         self.space.declare("raw", [raw.raw_path(Path(), rank).name for rank in range(len(plan.ranks))])
         self.target.declare("layouts/layout-*", [], listed=True)
         for name in ("checkpoints", "raw", "layouts"):
@@ -225,7 +227,7 @@ class Qualification:
             message = f"checkpoint {checkpoint} cannot be read back: {os_error_line(error, 'evict')}"
             fault = "integrity" if error.errno == errno.ENOENT else fault_of_errno(error.errno)
             raise self._failed(RestoreError(message, fault, error.errno)) from error
-        options = {"engine": self.settings.engine}
+        options = {"engine": self.settings.checkpoint_engine}
         try:
             with device_bytes.counted(self.devices) as count:
                 timing = self.pool.run(
