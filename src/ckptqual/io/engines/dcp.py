@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -34,6 +35,7 @@ from torch.distributed.checkpoint.metadata import (
 from torch.distributed.checkpoint.planner import LoadPlan
 from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
+from ckptqual.faults import RunError
 from ckptqual.io.crc import crc32
 from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO, ReadBackError
 from ckptqual.io.engines.torcharchive import archive_of
@@ -73,7 +75,11 @@ class DcpEngine:
         """After the rank's files are durable: meet every rank, then the coordinator commits `.metadata`."""
         io.stage = "metadata"
         if io.barrier is not None:
-            io.barrier.wait()
+            try:
+                io.barrier.wait()
+            except threading.BrokenBarrierError:
+                message = ".metadata not committed: another rank failed before its files were durable"
+                raise RunError(message, "not-run") from None
         if task.plan.rank != 0:
             return
         directory = Path(task.directory)
@@ -157,6 +163,7 @@ def metadata_bytes(layout: DcpLayout, checkpoint_id: str, save: str) -> bytes:
     state: dict[str, TensorStorageMetadata] = {}
     storage: dict[MetadataIndex, _StorageInfo] = {}
     offsets: dict[tuple[int, int], int] = {}
+    names: dict[tuple[int, int], str] = {}
     for chunk in layout.chunks:
         spec = chunk.spec
         entry = state.get(spec.name)
@@ -167,7 +174,8 @@ def metadata_bytes(layout: DcpLayout, checkpoint_id: str, save: str) -> bytes:
         entry.chunks.append(ChunkStorageMetadata(torch.Size([chunk.offset]), torch.Size([spec.numel])))
         at = offsets.get((chunk.rank, chunk.file), 0)
         length = archive_of(spec).nbytes
-        storage[index] = _StorageInfo(f"__{chunk.rank}_{chunk.file}.distcp", at, length)
+        name = names.setdefault((chunk.rank, chunk.file), f"__{chunk.rank}_{chunk.file}.distcp")
+        storage[index] = _StorageInfo(name, at, length)  # one str per file, as torch's: the pickle memoizes it
         offsets[(chunk.rank, chunk.file)] = at + length
     metadata = Metadata(
         state_dict_metadata=state,
