@@ -27,6 +27,7 @@ from ckptqual.host.target import (
     format_age,
     format_bytes,
 )
+from ckptqual.plan.formats import DEFAULT_FORMAT, formatted_plan
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.workloads import WorkloadError, available_workloads, load_workload
 from ckptqual.report.compare import CompareError, compare_runs, parse_percentage
@@ -63,9 +64,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """`ckptqual plan WORKLOAD [--scale S] [--json]`."""
     row = setting("scale")
     scale = row.from_command_line(args.scale if args.scale is not None else row.default)
-    plan = load_workload(args.workload).plan()
+    workload = load_workload(args.workload)
+    plan = workload.plan()
     if scale != 1:
         plan = plan.scaled(scale)
+    plan = formatted_plan(plan, workload.format or DEFAULT_FORMAT)  # the files the workload's format writes
     print(json.dumps(plan.to_dict(), indent=2) if args.json else format_plan(plan))
     return 0
 

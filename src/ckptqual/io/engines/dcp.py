@@ -37,7 +37,8 @@ from torch.distributed.checkpoint.planner_helpers import create_read_items_for_c
 
 from ckptqual.faults import RunError
 from ckptqual.io.crc import crc32
-from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO, ReadBackError
+from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO
+from ckptqual.io.engines.rawfile import expect_bytes, first_difference, read_at, read_into, write_all
 from ckptqual.io.engines.torcharchive import archive_of
 from ckptqual.plan.dcp import METADATA, METADATA_TMP, DcpLayout, DcpRankPlan
 from ckptqual.plan.model import DTYPE_BYTES, FilePlan, TensorSpec
@@ -58,16 +59,16 @@ class DcpEngine:
         try:
             for index, tensor in enumerate(spec.tensors):
                 archive = archive_of(tensor)
-                _write_all(fd, archive.head)
+                write_all(fd, archive.head)
                 crc = offset = 0
                 while offset < tensor.nbytes:
                     chunk = io.buffer[: min(io.chunk_bytes, tensor.nbytes - offset)]
                     io.generate(chunk, file_index, index, offset)
                     crc = crc32(chunk, crc)
-                    _write_all(fd, chunk)
+                    write_all(fd, chunk)
                     offset += chunk.nbytes
                 io.remember_crc(file_index, index, tensor.nbytes, crc)
-                _write_all(fd, archive.tail(crc))
+                write_all(fd, archive.tail(crc))
         finally:
             os.close(fd)
 
@@ -86,7 +87,7 @@ class DcpEngine:
         data = metadata_bytes(_layout(task.plan), str(directory), save_id(io.generator.seed, io.checkpoint))
         fd = io.open(directory / METADATA_TMP, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -194,7 +195,7 @@ def checked_metadata(io: RankIO, task: Any) -> bytes:
     expected = metadata_bytes(_layout(task.plan), str(directory), save_id(io.generator.seed, io.checkpoint))
     fd = io.open(directory / METADATA, os.O_RDONLY)
     try:
-        found = _read_at(fd, 0, len(expected) + 1, f"{directory.name}/{METADATA}")
+        found = read_at(fd, 0, len(expected) + 1, f"{directory.name}/{METADATA}")
     finally:
         os.close(fd)
     if found != expected:
@@ -245,13 +246,13 @@ def _read_file(fd: int, spec: FilePlan, file_index: int, io: RankIO, label: str)
     problems: list[Problem] = []
     for index, tensor in enumerate(spec.tensors):
         archive = archive_of(tensor)
-        _expect(fd, position, archive.head, label, f"tensor {tensor.name!r}'s torch.save archive head")
+        expect_bytes(fd, position, archive.head, label, f"tensor {tensor.name!r}'s torch.save archive head")
         position += len(archive.head)
         written = io.written_crc(file_index, index, tensor.nbytes)
         crc = offset = 0
         while offset < tensor.nbytes:
             chunk = io.buffer[: min(io.chunk_bytes, tensor.nbytes - offset)]
-            _read_into(fd, chunk, position + offset, label)
+            read_into(fd, chunk, position + offset, label)
             if written is None:
                 with io.payload_time():
                     crc = crc32(chunk, crc)
@@ -263,46 +264,9 @@ def _read_file(fd: int, spec: FilePlan, file_index: int, io: RankIO, label: str)
         position += tensor.nbytes
         tail = archive.tail(crc if written is None else written)
         if not problems:  # a tensor with bad blocks is told by those; its CRC cannot match
-            _expect(fd, position, tail, label, f"tensor {tensor.name!r}'s torch.save archive tail (CRC, directory)")
+            what = f"tensor {tensor.name!r}'s torch.save archive tail (CRC, directory)"
+            expect_bytes(fd, position, tail, label, what)
         position += len(tail)
     if not problems and os.fstat(fd).st_size != position:
         raise IntegrityError(f"{label}: {os.fstat(fd).st_size} bytes, {position} written")
     return problems
-
-
-def _expect(fd: int, offset: int, expected: bytes, label: str, what: str) -> None:
-    found = _read_at(fd, offset, len(expected), label)
-    if found != expected:
-        at = first_difference(found, expected)
-        raise IntegrityError(f"{label}: {what} differs from what was written at file offset {offset + at}")
-
-
-def first_difference(found: bytes, expected: bytes) -> int:
-    """The offset of the first byte where `found` and `expected` differ (the shorter's length if one is a prefix)."""
-    shorter = min(len(found), len(expected))
-    return next((i for i in range(shorter) if found[i] != expected[i]), shorter)
-
-
-def _read_at(fd: int, offset: int, size: int, label: str) -> bytes:
-    try:
-        return os.pread(fd, size, offset)
-    except OSError as error:
-        raise ReadBackError(error.errno, f"{error.strerror} reading {size} bytes at offset {offset}", label) from None
-
-
-def _read_into(fd: int, out: Any, offset: int, label: str) -> None:
-    done = 0
-    while done < out.nbytes:
-        try:
-            count = os.preadv(fd, [out[done:]], offset + done)
-        except OSError as error:
-            raise ReadBackError(error.errno, f"{error.strerror} at offset {offset + done}", label) from None
-        if count == 0:
-            raise IntegrityError(f"{label}: ends at offset {offset + done}, {offset + out.nbytes} bytes written")
-        done += count
-
-
-def _write_all(fd: int, data: Any) -> None:
-    view = memoryview(data).cast("B")
-    while view:
-        view = view[os.write(fd, view) :]

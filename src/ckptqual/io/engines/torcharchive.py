@@ -54,8 +54,10 @@ def tensor_pickle(spec: TensorSpec) -> bytes:
     return buffer.getvalue()
 
 
-def _zip64_extra(size: int | None, offset: int | None) -> bytes:
-    values = ([size, size] if size is not None else []) + ([offset] if offset is not None else [])
+def _zip64_extra(size: int | None, offset: int | None, compressed: int | None = None) -> bytes:
+    """A zip64 extra field: sizes (the compressed one: `compressed`, else `size`) and offset, those given."""
+    sizes = [size, size if compressed is None else compressed] if size is not None else []
+    values = sizes + ([offset] if offset is not None else [])
     return struct.pack(f"<HH{len(values)}Q", 1, 8 * len(values), *values) if values else b""
 
 
@@ -100,7 +102,8 @@ class TensorArchive:
 
     def _local(self, name: str, offset: int, size: int) -> bytes:
         encoded = f"archive/{name}".encode()
-        zip64 = _zip64_extra(size if size >= _LIMIT else None, offset if offset >= _LIMIT else None)
+        # the local header's compressed size is 0: the data descriptor after the data gives it (as miniz writes it)
+        zip64 = _zip64_extra(size if size >= _LIMIT else None, offset if offset >= _LIMIT else None, compressed=0)
         start = offset + 30 + len(encoded) + 4 + len(zip64)
         pad = -start % ALIGNMENT
         extra = zip64 + struct.pack("<2sH", b"FB", pad) + b"Z" * pad
