@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ckptqual.io.engines.base import Engine
 from ckptqual.io.engines.dcp import DcpEngine
+from ckptqual.io.engines.safetensors import SafetensorsEngine
 from ckptqual.io.engines.stream import StreamEngine
 from ckptqual.io.engines.stream_direct import StreamDirectEngine
 from ckptqual.io.engines.torch_save import TorchSaveEngine
@@ -13,6 +14,7 @@ ENGINES: dict[str, type] = {
     "stream-direct": StreamDirectEngine,
     "torch-save": TorchSaveEngine,
     "dcp": DcpEngine,
+    "safetensors": SafetensorsEngine,
 }
 
 
