@@ -19,7 +19,7 @@ from ckptqual.host.beneath import PlantedEntry
 from ckptqual.io.engines.base import IntegrityError, RankIO
 from ckptqual.io.lanes import use as use_lanes
 from ckptqual.io.payload import PayloadGenerator
-from ckptqual.runs import raw, restore, save
+from ckptqual.runs import raw, reshard, restore, save
 from ckptqual.runs.task import Task
 
 _PARENT_POLL_S = 0.5  # how soon a rank notices that its run is gone
@@ -29,6 +29,7 @@ _OPERATIONS: dict[str, Callable[[RankIO, Task], int]] = {
     "raw-write": raw.write_sequential,
     "raw-read": raw.read_sequential,
     "read": restore.read_checkpoint_files,
+    "reshard-read": reshard.read_for_layout,
 }
 OPERATIONS = tuple(_OPERATIONS)  # the operations a task may name
 # Checks that follow an operation outside its timed region; their reply fields join the operation's.

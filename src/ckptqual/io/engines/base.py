@@ -74,6 +74,15 @@ class RankIO:
             self._spare = np.empty(self.chunk_bytes, dtype=np.uint8)
         return self._spare
 
+    @contextmanager
+    def acting_as(self, rank: int) -> Iterator[None]:
+        """Payload made and checked inside the block is rank `rank`'s (a piece another rank wrote)."""
+        own, self.rank = self.rank, rank
+        try:
+            yield
+        finally:
+            self.rank = own
+
     def payload_time(self) -> _PayloadClock:
         """Counts the CPU time of the block as payload time: this thread's and that of the lanes' helpers (not wall
         time: ranks share cores)."""

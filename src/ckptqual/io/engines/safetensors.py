@@ -11,7 +11,6 @@ has the library's `safe_open` read sampled tensors.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import struct
@@ -77,7 +76,7 @@ class SafetensorsEngine:
             for tensor, pieces in zip(shard.tensors, shard.pieces, strict=True):
                 for piece, offset, count in _spans(pieces, tensor, 0, tensor.nbytes, io.chunk_bytes):
                     chunk = io.buffer[:count]
-                    with _acting_as(io, piece.rank):
+                    with io.acting_as(piece.rank):
                         io.generate(chunk, piece.file, piece.tensor, offset)
                     write_all(fd, chunk)
         finally:
@@ -158,7 +157,7 @@ class SafetensorsEngine:
                     data = opened.get_slice(tensor.name)[:elements].contiguous().view(-1).view(torch.uint8).numpy()
                     for piece, offset, size in _spans(pieces, tensor, 0, data.nbytes, io.chunk_bytes):
                         at = _piece_start(pieces, piece, tensor) + offset
-                        with _acting_as(io, piece.rank):
+                        with io.acting_as(piece.rank):
                             found = io.verify(data[at : at + size], piece.file, piece.tensor, offset)
                         if found:
                             byte = at + found[0].offset - offset
@@ -181,7 +180,7 @@ def check_range(
         at = start + _piece_start(pieces, piece, tensor) + offset
         chunk = io.buffer[:count]
         read_into(fd, chunk, at, label)
-        with _acting_as(io, piece.rank):
+        with io.acting_as(piece.rank):
             found = io.verify(chunk, piece.file, piece.tensor, offset)
         problems += [Problem(label, tensor.name, at + m.offset - offset, m) for m in found]
         if len(problems) > MAX_REPORTED:
@@ -208,16 +207,6 @@ def _spans(
         for at in range(low, high, step):
             yield piece, at - base, min(step, high - at)
         base += size
-
-
-@contextlib.contextmanager
-def _acting_as(io: RankIO, rank: int) -> Iterator[None]:
-    """The rank's payload calls act as `rank`, whose piece this is (a rank may act as another)."""
-    own, io.rank = io.rank, rank
-    try:
-        yield
-    finally:
-        io.rank = own
 
 
 def _shard(spec: FilePlan) -> ShardFile:
