@@ -29,6 +29,7 @@ from ckptqual.plan.footprint import checkpoints_for_fraction
 from ckptqual.plan.formats import checkpoint_engine, formatted_plan
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan
 from ckptqual.plan.planfile import load_plan
+from ckptqual.plan.reshard import ReshardError, new_layout_needs, parse_layout
 from ckptqual.plan.workloads import Workload, load_workload
 
 BASELINE_MAX_BYTES = 32 << 30
@@ -141,6 +142,7 @@ def resolve_settings(options: Mapping[str, Any], table: Iterable[Setting] = SETT
     if sources["format"] == DEFAULT and workload.format is not None:
         values["format"], sources["format"] = workload.format, f"workload {workload.name}"
     plan = _formatted(_scaled_plan(workload, values["scale"], sources["scale"]), values, sources)
+    _check_restore_layout(workload, values)
     _check_target_and_outputs(values)
     values["checkpoints_per_pass"], sources["checkpoints_per_pass"] = _checkpoints_per_pass(values, sources, plan)
     _check_host(plan, values)
@@ -220,6 +222,16 @@ def _formatted(plan: CheckpointPlan, values: Mapping[str, Any], sources: Mapping
         return formatted_plan(plan, values["format"], values["dcp_threads"])
     except ValueError as error:
         raise SettingsError(f"--format {values['format']} ({sources['format']}): {error}") from None
+
+
+def _check_restore_layout(workload: Workload, values: Mapping[str, Any]) -> None:
+    """--restore-layout must be one the workload's checkpoint can be restored onto (plan.reshard)."""
+    if values["restore_layout"] is None:
+        return
+    try:
+        new_layout_needs(workload, workload.plan().scaled(values["scale"]), *parse_layout(values["restore_layout"]))
+    except ReshardError as error:
+        raise SettingsError(str(error)) from None
 
 
 def _check_target_and_outputs(values: Mapping[str, Any]) -> None:

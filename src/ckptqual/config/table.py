@@ -7,6 +7,7 @@ A new option is one row here plus the code that uses it.
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -58,6 +59,10 @@ def _resolves(address: Any) -> bool:
         return False
 
 
+LAYOUT = Kind(
+    lambda v: isinstance(v, str) and re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", v) is not None,
+    "must be TPxPP, two whole numbers of at least 1, e.g. 8x1",
+)
 CONTROLLER_ADDRESS = Kind(
     _resolves,
     "must be HOST:PORT with a port from 1 to 65535 and a HOST that resolves (a name in DNS or /etc/hosts, or an "
@@ -119,6 +124,9 @@ SETTINGS: tuple[Setting, ...] = (
             "(torch.distributed.checkpoint's FileSystemWriter files); a workload file may name it too"),
     Setting("dcp_threads", "--dcp-threads", "run", whole(1, MAX_DCP_THREADS), "1",
             "files each rank writes under --format dcp (FileSystemWriter's thread_count)"),
+    Setting("restore_layout", "--restore-layout", "run", LAYOUT, None,
+            "restore onto this TP x PP layout (TPxPP, e.g. 8x1, the same ranks in all): each new rank reads what "
+            "its shards need of the checkpoint", unset="the layout that saved"),
     Setting("checkpoints_per_pass", "--checkpoints-per-pass", "run", whole(1), "3",
             "checkpoints per fill pass (the retention limit)"),
     Setting("fill_fraction", "--fill-fraction", "run", fraction("fraction"), None,

@@ -8,6 +8,7 @@ change to the target runs through the run's space (a helper process with a deadl
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import time
@@ -33,7 +34,7 @@ from ckptqual.limits.steady import SteadyState, steady_state
 from ckptqual.plan.formats import shared_files
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.planfile import dump_plan
-from ckptqual.runs import raw
+from ckptqual.runs import raw, reshard
 from ckptqual.runs.baseline import measure_baseline
 from ckptqual.runs.cluster import NodePool
 from ckptqual.runs.early_stop import stop_reason
@@ -228,20 +229,37 @@ class Qualification:
             fault = "integrity" if error.errno == errno.ENOENT else fault_of_errno(error.errno)
             raise self._failed(RestoreError(message, fault, error.errno)) from error
         options = {"engine": self.settings.checkpoint_engine}
+        op, plans = ("reshard-read", self._layout_plans) if self.settings.restore_layout else ("read", plan.ranks)
         try:
             with device_bytes.counted(self.devices) as count:
-                timing = self.pool.run(
-                    "read", directory, plan.ranks, f"restore of checkpoint {checkpoint}", checkpoint, options
-                )
+                timing = self.pool.run(op, directory, plans, f"restore of checkpoint {checkpoint}", checkpoint, options)
         except RankFailure as error:
             raise self._failed(RestoreError(str(error), error.fault, error.errno)) from error
         ranks = [asdict(r) for r in timing.ranks]
         figures = (timing.bytes, timing.seconds, timing.first_done_s, cached, timing.generated_GBps, ranks)
-        device = count.of(timing.bytes, "read", timing.nodes, below)
-        result = RestoreResult(checkpoint, *figures, host=timing.host, nodes=timing.node_figures(), device=device)
+        distinct = timing.bytes
+        if self.settings.restore_layout:  # ranks that read the same bytes get them from the drive once
+            distinct = reshard.distinct_bytes(self._layout_plans, lambda path: (directory / path).stat().st_size)
+        device = count.of(distinct, "read", timing.nodes, below)
+        layout = None
+        if self.settings.restore_layout:
+            moved = [r.bytes for r in timing.ranks]
+            par = self.settings.workload.parallelism
+            layouts = f"{par.tp}x{par.pp} -> {self.settings.restore_layout}"
+            layout = reshard.figures(self._layout_plans, moved, plan.total_bytes, layouts)
+        result = RestoreResult(
+            checkpoint, *figures, host=timing.host, nodes=timing.node_figures(), device=device, reshard=layout
+        )
         self.events.restore(result.to_dict())
         self.host_bound_figure("restore_throughput", result.host_bound_reason())
         return result
+
+    @functools.cached_property
+    def _layout_plans(self) -> tuple:
+        """Each new rank's reads for --restore-layout (runs.reshard), made once."""
+        settings = self.settings
+        args = (settings.workload, settings.scale, settings.plan, settings.restore_layout, settings.checkpoint_engine)
+        return reshard.layout_plans(*args)
 
     def _failed(self, error: RunError) -> RunError:
         self.events.error(str(error))

@@ -1,10 +1,7 @@
 """Restore onto another parallel layout (`--restore-layout TPxPP`): each new rank reads, from the files the old
 layout wrote, what it needs for its shards, and every byte it reads is verified.
 
-What a new rank needs: of each TP-split tensor of its pipeline stage's layers, its share of the global tensor (the
-old ranks' pieces joined in rank order) split evenly over the new TP ranks; of each replicated tensor (the norms),
-one copy; of the flat optimizer state, its share over the ranks that hold one. What it reads for that depends on
-the format:
+What a new rank needs is plan.reshard's; what it reads for that depends on the format:
 
 - `dcp`: the whole item (the torch.save archive) of every chunk that overlaps a needed range, located by the
   metadata's chunk offsets: DCP's own resharding load reads each overlapping item whole, then narrows it.
@@ -17,6 +14,7 @@ the format:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,29 +30,9 @@ from ckptqual.io.engines.torcharchive import archive_of
 from ckptqual.io.payload import BLOCK_BYTES, Mismatch
 from ckptqual.plan.dcp import DcpRankPlan
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.plan.reshard import Need, new_layout_needs, parse_layout
 from ckptqual.plan.safetensors import Piece, ShardFile
-from ckptqual.plan.workloads import Parallelism, Workload, shard, stage_layers
-
-OPTIMIZER = "optimizer.state"
-
-
-class ReshardError(ValueError):
-    """A layout the checkpoint cannot be restored onto; the message names the layout and the fix."""
-
-
-def parse_layout(text: str) -> tuple[int, int]:
-    """(TP, PP) of "TPxPP"."""
-    tp, _, pp = text.partition("x")
-    return int(tp), int(pp)
-
-
-@dataclass(frozen=True)
-class Need:
-    """Elements [start, start + numel) of global tensor `name`."""
-
-    name: str
-    start: int
-    numel: int
+from ckptqual.plan.workloads import Workload
 
 
 @dataclass(frozen=True)
@@ -86,49 +64,11 @@ class ReshardRankPlan(RankPlan):
     engine: str = "stream"
 
 
-def new_layout_needs(workload: Workload, source: CheckpointPlan, tp: int, pp: int) -> list[list[Need]]:
-    """What each rank of the TP x PP layout needs of the global tensors of `source` (the planned, unformatted
-    checkpoint of `workload` at its scale)."""
-    old = workload.parallelism
-    if workload.layout != "deepspeed" or old.zero_stage == 3 or old.subset_processes is not None:
-        raise ReshardError(
-            f"--restore-layout: the workload {workload.name} is not a whole deepspeed job with ZeRO 0-2; restoring "
-            f"onto another layout needs one (e.g. llama3.1-405b-dcp)"
-        )
-    if tp * pp != old.tp * old.pp:
-        raise ReshardError(
-            f"--restore-layout {tp}x{pp}: {tp * pp} ranks per replica, but the checkpoint was written by "
-            f"{old.tp}x{old.pp} = {old.tp * old.pp}; give a TPxPP with that product (e.g. {old.tp * old.pp}x1)"
-        )
-    new = Parallelism(tp, pp, old.dp, old.zero_stage)
-    pieces: dict[str, list[int]] = {}
-    for rank in source.ranks:
-        for file in rank.files:
-            for spec in file.tensors:
-                pieces.setdefault(spec.name, []).append(spec.numel)
-    split = {
-        t.name for layer in range(workload.model.layers + 3) for t in workload.model.layer_tensors(layer) if t.tp_split
-    }
-    holders = [r for r in range(new.world_size) if old.zero_stage > 0 or new.coordinates(r)[0] == 0]
-    needs: list[list[Need]] = []
-    for rank in range(new.world_size):
-        dp, stage, tp_rank = new.coordinates(rank)
-        own: list[Need] = []
-        if dp == 0:  # ZeRO 0-2: the first replica holds the model states
-            for layer in stage_layers(workload.model.layers, pp, stage):
-                for tensor in workload.model.layer_tensors(layer):
-                    total = sum(pieces[tensor.name])
-                    if tensor.name in split:
-                        start = sum(shard(total, tp, i) for i in range(tp_rank))
-                        own.append(Need(tensor.name, start, shard(total, tp, tp_rank)))
-                    else:
-                        own.append(Need(tensor.name, 0, pieces[tensor.name][0]))
-        if rank in holders:
-            total, index = sum(pieces[OPTIMIZER]), holders.index(rank)
-            start = sum(shard(total, len(holders), i) for i in range(index))
-            own.append(Need(OPTIMIZER, start, shard(total, len(holders), index)))
-        needs.append(own)
-    return needs
+def layout_plans(workload: Workload, scale: float, formatted: CheckpointPlan, layout: str, engine: str) -> tuple:
+    """Every new rank's reads for a restore onto `layout` (TPxPP) of the checkpoint `formatted`, `workload`'s plan
+    at `scale` laid out in its format and read (torch-save files) by `engine`."""
+    source = workload.plan().scaled(scale)
+    return reshard_plans(formatted, source, new_layout_needs(workload, source, *parse_layout(layout)), engine)
 
 
 def reshard_plans(formatted: CheckpointPlan, source: CheckpointPlan, needs: list[list[Need]], engine: str) -> tuple:
@@ -295,12 +235,44 @@ def _verify(io: RankIO, data: np.ndarray, file: int, tensor: int, offset: int) -
     return [Mismatch(offset + int(differ[0]), f"{differ.size} bytes other than the payload from here")]
 
 
-def figures(plans: tuple[ReshardRankPlan, ...], moved: list[int], checkpoint_bytes: int) -> dict[str, Any]:
+def distinct_bytes(plans: tuple[ReshardRankPlan, ...], file_bytes: Callable[[str], int]) -> int:
+    """Bytes of the checkpoint's files that some rank reads, each counted once (what the drive must deliver: a piece
+    two ranks read is served once, then from the page cache); `file_bytes(path)`: a file's size."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    whole: set[str] = set()
+    for plan in plans:
+        for read in plan.reads:
+            if read.kind == "file":
+                whole.add(read.path)
+            else:
+                spans.setdefault(read.path, []).append((read.offset, read.offset + read.length))
+    total = sum(file_bytes(path) for path in whole)
+    for path, ranges in spans.items():
+        if path in whole:
+            continue
+        end = 0
+        for low, high in sorted(ranges):
+            total += max(0, high - max(low, end))
+            end = max(end, high)
+    return total
+
+
+def figures(
+    plans: tuple[ReshardRankPlan, ...], moved: list[int], checkpoint_bytes: int, layouts: str
+) -> dict[str, Any]:
     """Per new rank the bytes read and from how many files, and the read amplification (bytes read / checkpoint
-    payload bytes)."""
+    payload bytes); `layouts`: "TPxPP -> TPxPP"."""
     ranks = [
         {"rank": plan.rank, "bytes_read": count, "files": len({read.path for read in plan.reads})}
         for plan, count in zip(plans, moved, strict=True)
     ]
     total = sum(moved)
-    return {"ranks": ranks, "bytes_read": total, "read_amplification": total / checkpoint_bytes}
+    whole = any(read.kind == "file" for plan in plans for read in plan.reads)
+    return {
+        "layouts": layouts,
+        "reads": "whole files (torch.save archives cannot be read by ranges)" if whole else "byte ranges",
+        "ranks": ranks,
+        "bytes_read": total,
+        "checkpoint_bytes": checkpoint_bytes,
+        "read_amplification": total / checkpoint_bytes,
+    }

@@ -110,6 +110,7 @@ class RestoreResult:
     # (`read_files_of_node`), so that no node read back from the page cache that wrote the files.
     nodes: list[dict] = field(default_factory=list)
     device: DeviceBytes | None = None  # what the devices under the target read meanwhile (host.device_bytes)
+    reshard: dict | None = None  # a restore onto another layout: what each new rank read (runs.reshard.figures)
 
     @property
     def GBps(self) -> float:
