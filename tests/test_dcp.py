@@ -27,6 +27,7 @@ from ckptqual.plan.formats import checkpoint_engine, formatted_plan, shared_file
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.plan.workloads import Architecture, Parallelism, deepspeed_plan
 from ckptqual.runs import restore, save
+from ckptqual.runs.failure import RankFailure
 from ckptqual.runs.fill import FillCampaign
 from ckptqual.runs.pool import RankPool
 from ckptqual.runs.task import Task
@@ -237,14 +238,18 @@ def test_fill_passes_write_dcp_checkpoints_and_remove_them_whole(checkpoint_spac
 
 def test_a_rank_that_fails_its_files_releases_the_others(tmp_path):
     """A rank whose write fails breaks the meeting, so the coordinator fails at once instead of at the timeout, and
-    no `.metadata` is committed."""
+    no `.metadata` is committed; the pool's next checkpoint meets again."""
     plan = dcp_plan(deepspeed_plan(ARCH, Parallelism(2, 1, 1, 1)), 1)
     directory = tmp_path / "checkpoint-00000"
     directory.mkdir()
     (directory / "__1_0.distcp").write_bytes(b"in the way")  # rank 1 cannot create its file (O_EXCL)
-    with RankPool(2, seed=SEED, timeout_s=120) as pool, pytest.raises(Exception, match="rank 1"):
-        pool.write_checkpoint(directory, 0, plan.ranks, "dcp")
-    assert not (directory / METADATA).exists()
+    with RankPool(2, seed=SEED, timeout_s=120) as pool:
+        with pytest.raises(RankFailure, match="rank 1"):
+            pool.write_checkpoint(directory, 0, plan.ranks, "dcp")
+        assert not (directory / METADATA).exists()
+        next_one = tmp_path / "checkpoint-00001"
+        assert pool.write_checkpoint(next_one, 1, plan.ranks, "dcp").bytes == plan.total_bytes  # the pool goes on
+    assert (next_one / METADATA).exists()
 
 
 PEAK_RSS = textwrap.dedent(
