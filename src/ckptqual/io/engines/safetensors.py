@@ -27,7 +27,7 @@ from ckptqual.faults import RunError
 from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO
 from ckptqual.io.engines.rawfile import expect_bytes, read_at, read_into, write_all
 from ckptqual.plan.model import DTYPE_BYTES, FilePlan, TensorSpec
-from ckptqual.plan.safetensors import INDEX, Piece, ShardedRankPlan, ShardFile
+from ckptqual.plan.safetensors import INDEX, Piece, ShardedRankPlan, ShardFile, file_order
 
 DTYPES = {
     "float64": "F64",
@@ -69,7 +69,7 @@ class SafetensorsEngine:
     name = "safetensors"
 
     def write(self, path: Path, spec: FilePlan, file_index: int, io: RankIO) -> None:
-        shard = _shard(spec)
+        shard = _shard(spec, file_index, io.rank)
         fd = io.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             write_all(fd, header(shard.tensors))
@@ -117,7 +117,7 @@ class SafetensorsEngine:
             os.close(fd)
 
     def read(self, path: Path, spec: FilePlan, file_index: int, io: RankIO, label: str) -> list[Problem]:
-        shard = _shard(spec)
+        shard = _shard(spec, file_index, io.rank)
         fd = io.open(path, os.O_RDONLY)
         try:
             head = header(shard.tensors)
@@ -142,7 +142,7 @@ class SafetensorsEngine:
         if not task.plan.files:
             return {"torch_load_sampled": 0, "torch_load_sampled_s": 0.0}
         start = time.monotonic()
-        shard = _shard(task.plan.files[0])
+        shard = _shard(task.plan.files[0], 0, io.rank)
         path = Path(task.directory) / shard.path
         label = f"{Path(task.directory).name}/{shard.path}"
         count = len(shard.tensors)
@@ -209,10 +209,14 @@ def _spans(
         base += size
 
 
-def _shard(spec: FilePlan) -> ShardFile:
-    if not isinstance(spec, ShardFile):
-        raise ValueError("the safetensors engine writes plans laid out by plan.safetensors (--format safetensors)")
-    return spec
+def _shard(spec: FilePlan, file_index: int, rank: int) -> ShardFile:
+    """`spec` as a shard: a plain file of the rank's own tensors becomes one, each tensor a piece of its own, in the
+    library's order."""
+    if isinstance(spec, ShardFile):
+        return spec
+    order = sorted(range(len(spec.tensors)), key=lambda i: file_order(spec.tensors[i]))
+    pieces = tuple((Piece(rank, file_index, i, spec.tensors[i].numel),) for i in order)
+    return ShardFile(spec.path, tuple(spec.tensors[i] for i in order), pieces)
 
 
 def _plan(plan: Any) -> ShardedRankPlan:
