@@ -40,7 +40,14 @@ ONE_RANK = CheckpointPlan(
         RankPlan(
             0,
             (
-                FilePlan("a.pt", (TensorSpec("w", 70_001, "float16"), TensorSpec("tiny", 1, "int8"))),
+                FilePlan(
+                    "a.pt",
+                    (
+                        TensorSpec("w", 70_001, "float16"),
+                        TensorSpec("tiny", 1, "int8"),
+                        TensorSpec("none", 0, "float32"),
+                    ),
+                ),
                 FilePlan("b.pt", (TensorSpec("opt", 30_000, "float32"), TensorSpec("f8", 33, "float8_e4m3fn"))),
             ),
         ),
@@ -68,7 +75,9 @@ def read(rank: RankPlan, directory: Path) -> dict:
     return restore.load_sample(io_, task)
 
 
-@pytest.mark.parametrize(("dtype", "numel"), [("float16", 5), ("float32", 1000), ("bfloat16", 77_777), ("int8", 1)])
+@pytest.mark.parametrize(
+    ("dtype", "numel"), [("float16", 5), ("float32", 1000), ("bfloat16", 77_777), ("int8", 1), ("float32", 0)]
+)
 def test_archive_is_torch_saves_bytes(dtype, numel):
     tensor = torch.arange(numel).to(getattr(torch, dtype))
     buffer = io.BytesIO()

@@ -24,6 +24,7 @@ from ckptqual.plan.model import TensorSpec
 ALIGNMENT = 64  # torch.save's storage alignment
 _LIMIT = 0xFFFFFFFF  # at or past it, a size or offset moves into a zip64 extra field
 _FLAGS = 0x0808  # data descriptor follows; names are UTF-8
+_EMPTY_FLAGS = 0x0800  # an empty record: no data descriptor
 _NAMES = ("data.pkl", ".format_version", ".storage_alignment", "byteorder", "data/0", "version")
 _SERIAL = ".data/serialization_id"
 _MASK = (1 << 64) - 1
@@ -108,11 +109,14 @@ class TensorArchive:
         pad = -start % ALIGNMENT
         extra = zip64 + struct.pack("<2sH", b"FB", pad) + b"Z" * pad
         self._records.append(_Record(name, offset, size, zip64))
-        header = struct.pack("<IHHHHHIIIHH", 0x04034B50, 0, _FLAGS, 0, 0, 0, 0, 0, 0, len(encoded), len(extra))
+        flags = _FLAGS if size else _EMPTY_FLAGS
+        header = struct.pack("<IHHHHHIIIHH", 0x04034B50, 0, flags, 0, 0, 0, 0, 0, 0, len(encoded), len(extra))
         return header + encoded + extra
 
     @staticmethod
     def _descriptor(record: _Record, crc: int) -> bytes:
+        if record.size == 0:
+            return b""
         if record.large:
             return struct.pack("<IIQQ", 0x08074B50, crc, record.size, record.size)
         return struct.pack("<IIII", 0x08074B50, crc, record.size, record.size)
@@ -129,7 +133,8 @@ class TensorArchive:
             position = self.data_offset + self.spec.nbytes + len(tail)
         combined = 0
         for name in _NAMES:
-            combined = _hash_combine(combined, crcs[name])
+            if name != "data/0" or self.spec.nbytes:  # torch leaves an empty tensor's record out of the id
+                combined = _hash_combine(combined, crcs[name])
         serial = f"{_names_hash()}{combined:020d}".encode()
         tail += self._local(_SERIAL, position, len(serial))
         tail += serial + self._descriptor(self._records[-1], _crc(serial))
@@ -155,7 +160,8 @@ class TensorArchive:
         big, far = record.size >= _LIMIT, record.offset >= _LIMIT
         extra = _zip64_extra(record.size if big else None, record.offset if far else None) if record.large else b""
         size, offset = min(record.size, _LIMIT), min(record.offset, _LIMIT)
-        fields = (0x02014B50, 0, 0, _FLAGS, 0, 0, 0, crc, size, size, len(encoded), len(extra), 0, 0, 0, 0, offset)
+        flags = _FLAGS if record.size else _EMPTY_FLAGS
+        fields = (0x02014B50, 0, 0, flags, 0, 0, 0, crc, size, size, len(encoded), len(extra), 0, 0, 0, 0, offset)
         return struct.pack("<IHHHHHHIIIHHHHHII", *fields) + encoded + extra
 
 
