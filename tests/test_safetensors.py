@@ -51,11 +51,18 @@ def sharded(tmp_path_factory):
 
 
 def test_header_is_the_librarys():
-    specs = (TensorSpec("b.x", 3, "float16"), TensorSpec("a", 5, "float32"), TensorSpec("c", 7, "int8"))
+    specs = (
+        TensorSpec("b.x", 3, "float16"),
+        TensorSpec("a", 5, "float32"),
+        TensorSpec("c", 7, "int8"),
+        TensorSpec("empty", 0, "float32"),
+        TensorSpec("d", 2, "float64"),
+        TensorSpec("e", 4, "float8_e5m2"),
+    )
     state = {spec.name: torch.zeros(spec.numel, dtype=getattr(torch, spec.dtype)) for spec in specs}
     ordered = formatted_plan(CheckpointPlan("x", (RankPlan(0, (FilePlan("f.pt", specs),)),)), "safetensors")
     shard = ordered.ranks[0].files[0]
-    assert [t.name for t in shard.tensors] == ["a", "b.x", "c"]  # the library's order: dtype, then name
+    assert [t.name for t in shard.tensors] == ["d", "a", "empty", "b.x", "e", "c"]  # the library's: dtype, then name
     data = save(state, metadata={"format": "pt"})
     assert data.startswith(header(shard.tensors))
     assert len(data) == len(header(shard.tensors)) + sum(s.nbytes for s in specs)
