@@ -121,7 +121,8 @@ SETTINGS: tuple[Setting, ...] = (
             "how checkpoint files are written: stream (bounded memory), stream-direct (O_DIRECT) or torch-save"),
     Setting("format", "--format", "run", choice(FORMATS, "format"), DEFAULT_FORMAT,
             "checkpoint format: torch-save (DLIO's torch.save files, written by --engine), dcp "
-            "(torch.distributed.checkpoint's FileSystemWriter files); a workload file may name it too"),
+            "(torch.distributed.checkpoint's FileSystemWriter files) or safetensors (a Hugging Face export); a "
+            "workload file may name it too"),
     Setting("dcp_threads", "--dcp-threads", "run", whole(1, MAX_DCP_THREADS), "1",
             "files each rank writes under --format dcp (FileSystemWriter's thread_count)"),
     Setting("restore_layout", "--restore-layout", "run", LAYOUT, None,

@@ -237,16 +237,10 @@ class Qualification:
             raise self._failed(RestoreError(str(error), error.fault, error.errno)) from error
         ranks = [asdict(r) for r in timing.ranks]
         figures = (timing.bytes, timing.seconds, timing.first_done_s, cached, timing.generated_GBps, ranks)
-        distinct = timing.bytes
-        if self.settings.restore_layout:  # ranks that read the same bytes get them from the drive once
-            distinct = reshard.distinct_bytes(self._layout_plans, lambda path: (directory / path).stat().st_size)
-        device = count.of(distinct, "read", timing.nodes, below)
-        layout = None
+        distinct, layout = timing.bytes, None
         if self.settings.restore_layout:
-            moved = [r.bytes for r in timing.ranks]
-            par = self.settings.workload.parallelism
-            layouts = f"{par.tp}x{par.pp} -> {self.settings.restore_layout}"
-            layout = reshard.figures(self._layout_plans, moved, plan.total_bytes, layouts)
+            distinct, layout = self._reshard_figures(directory, timing.ranks, plan.total_bytes)
+        device = count.of(distinct, "read", timing.nodes, below)
         result = RestoreResult(
             checkpoint, *figures, host=timing.host, nodes=timing.node_figures(), device=device, reshard=layout
         )
@@ -260,6 +254,14 @@ class Qualification:
         settings = self.settings
         args = (settings.workload, settings.scale, settings.plan, settings.restore_layout, settings.checkpoint_engine)
         return reshard.layout_plans(*args)
+
+    def _reshard_figures(self, directory: Path, ranks: list, checkpoint_bytes: int) -> tuple[int, dict]:
+        """A restore onto another layout: the distinct bytes the ranks read (ranks that read the same bytes get them
+        from the drive once), and what each new rank read (runs.reshard.figures)."""
+        distinct = reshard.distinct_bytes(self._layout_plans, lambda path: (directory / path).stat().st_size)
+        par = self.settings.workload.parallelism
+        layouts = f"{par.tp}x{par.pp} -> {self.settings.restore_layout}"
+        return distinct, reshard.figures(self._layout_plans, [r.bytes for r in ranks], checkpoint_bytes, layouts)
 
     def _failed(self, error: RunError) -> RunError:
         self.events.error(str(error))
