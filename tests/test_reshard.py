@@ -13,6 +13,7 @@ from ckptqual.io.engines.base import IntegrityError, RankIO
 from ckptqual.io.engines.safetensors import header
 from ckptqual.io.engines.torcharchive import archive_of
 from ckptqual.io.payload import PayloadGenerator
+from ckptqual.plan.dcp import METADATA
 from ckptqual.plan.formats import checkpoint_engine, formatted_plan
 from ckptqual.plan.model import DTYPE_BYTES
 from ckptqual.plan.reshard import ReshardError, new_layout_needs
@@ -72,11 +73,14 @@ def test_needs_cover_each_global_tensor_once_per_replica():
 def test_reads_match_the_plan_exactly_and_every_byte_is_verified(written):
     fmt, plan, directory, plans = written
     moved = read_all(plans, directory)
-    if fmt == "torch-save":  # whole files: their sizes
-        expected = [sum((directory / r.path).stat().st_size for r in p.reads) for p in plans]
-    else:
-        expected = [sum(r.length for r in p.reads) for p in plans]
+    whole = ("file", "metadata")  # whole files (torch-save's, dcp's .metadata): their sizes
+    expected = [
+        sum((directory / r.path).stat().st_size if r.kind in whole else r.length for r in p.reads) for p in plans
+    ]
     assert moved == expected
+    if fmt == "dcp":  # the coordinator reads .metadata first, byte for byte, as DCP's load does
+        assert [r.kind for r in plans[0].reads[:2]] == ["metadata", "archive"]
+        assert all(r.kind == "archive" for p in plans[1:] for r in p.reads)
     result = reshard.figures(plans, moved, plan.total_bytes, "4x2 -> 8x1")
     assert result["read_amplification"] == sum(moved) / plan.total_bytes
     assert (result["reads"] == "byte ranges") == (fmt != "torch-save")
@@ -127,6 +131,19 @@ def test_a_changed_byte_in_a_range_a_new_rank_reads_is_named(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(IntegrityError, match=target.path):
         reshard.read_for_layout(rank_io(3), Task("reshard-read", CHECKPOINT, str(directory), plans[3]))
+
+
+def test_a_swapped_metadata_stops_the_coordinators_reads(tmp_path):
+    plan = formatted_plan(SOURCE, "dcp")
+    directory = tmp_path / "checkpoint-00006"
+    for rank in plan.ranks:
+        save.write_checkpoint_files(
+            rank_io(rank.rank), Task("write", CHECKPOINT, str(directory), rank, {"engine": "dcp"})
+        )
+    (directory / METADATA).write_bytes(b"\x80\x04K\x01.")  # a pickle of 1
+    plans = reshard.layout_plans(WORKLOAD, SCALE, plan, "8x1", "dcp")
+    with pytest.raises(IntegrityError, match="refused before anything unpickled it"):
+        reshard.read_for_layout(rank_io(0), Task("reshard-read", CHECKPOINT, str(directory), plans[0]))
 
 
 @pytest.mark.parametrize(("tp", "pp", "why"), [(8, 2, "16 ranks per replica"), (3, 3, "9 ranks")])

@@ -24,11 +24,12 @@ import numpy as np
 from ckptqual.io.crc import crc32
 from ckptqual.io.engines import make_engine
 from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO
+from ckptqual.io.engines.dcp import checked_metadata
 from ckptqual.io.engines.rawfile import expect_bytes, read_into
 from ckptqual.io.engines.safetensors import header
 from ckptqual.io.engines.torcharchive import archive_of
 from ckptqual.io.payload import BLOCK_BYTES, Mismatch
-from ckptqual.plan.dcp import DcpRankPlan
+from ckptqual.plan.dcp import METADATA, DcpRankPlan
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.plan.reshard import Need, new_layout_needs, parse_layout
 from ckptqual.plan.safetensors import Piece, ShardFile
@@ -40,8 +41,9 @@ class Read:
     """One read of a new rank: `length` bytes at `offset` of the old file `path`, and how to check them.
 
     kind "payload": the bytes are payload of (owner, file, tensor) from byte `tensor_offset`; "archive": a whole
-    DCP item, the torch.save archive of `spec` holding that payload; "bytes": exactly `expected`; "file": the whole
-    torch.save file `spec`, file `file` of rank `owner`, read by `engine`.
+    DCP item, the torch.save archive of `spec` holding that payload; "bytes": exactly `expected`; "metadata": DCP's
+    `.metadata` of the layout `spec`, byte for byte; "file": the whole torch.save file `spec`, file `file` of rank
+    `owner`, read by `engine`.
     """
 
     path: str
@@ -76,8 +78,9 @@ def reshard_plans(formatted: CheckpointPlan, source: CheckpointPlan, needs: list
     first = formatted.ranks[0]
     plans = []
     for rank, own in zip(formatted.ranks, needs, strict=True):
-        if isinstance(first, DcpRankPlan):
-            reads = _dcp_reads(first, own)
+        if isinstance(first, DcpRankPlan):  # the coordinator reads `.metadata` first, as DCP's load does
+            metadata = [Read(METADATA, 0, 0, "metadata", spec=first.layout)] if rank.rank == 0 else []
+            reads = metadata + _dcp_reads(first, own)
         elif formatted.ranks and any(isinstance(f, ShardFile) for r in formatted.ranks for f in r.files):
             reads = _safetensors_reads(formatted, own)
         else:
@@ -171,6 +174,9 @@ def read_for_layout(io: RankIO, task: Any) -> int:
                 problems += make_engine(plan.engine).read(directory / read.path, read.spec, read.file, io, label)
             moved += os.stat(directory / read.path, follow_symlinks=False).st_size
             continue
+        if read.kind == "metadata":
+            moved += len(checked_metadata(io, task, read.spec))
+            continue
         fd = io.open(directory / read.path, os.O_RDONLY)
         try:
             if read.kind == "bytes":
@@ -242,7 +248,7 @@ def distinct_bytes(plans: tuple[ReshardRankPlan, ...], file_bytes: Callable[[str
     whole: set[str] = set()
     for plan in plans:
         for read in plan.reads:
-            if read.kind == "file":
+            if read.kind in ("file", "metadata"):
                 whole.add(read.path)
             else:
                 spans.setdefault(read.path, []).append((read.offset, read.offset + read.length))

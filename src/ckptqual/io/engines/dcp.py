@@ -188,11 +188,12 @@ def metadata_bytes(layout: DcpLayout, checkpoint_id: str, save: str) -> bytes:
     return pickle.dumps(metadata)
 
 
-def checked_metadata(io: RankIO, task: Any) -> bytes:
-    """`.metadata` as read from the drive, refused unless it is byte for byte what the coordinator wrote; nothing
-    has unpickled it."""
+def checked_metadata(io: RankIO, task: Any, layout: DcpLayout | None = None) -> bytes:
+    """`.metadata` as read from the drive, refused unless it is byte for byte what the coordinator wrote for the
+    layout (default: the task's plan's); nothing has unpickled it."""
     directory = Path(task.directory)
-    expected = metadata_bytes(_layout(task.plan), str(directory), save_id(io.generator.seed, io.checkpoint))
+    layout = layout if layout is not None else _layout(task.plan)
+    expected = metadata_bytes(layout, str(directory), save_id(io.generator.seed, io.checkpoint))
     fd = io.open(directory / METADATA, os.O_RDONLY)
     try:
         found = read_at(fd, 0, len(expected) + 1, f"{directory.name}/{METADATA}")
