@@ -268,8 +268,7 @@ PEAK_RSS = textwrap.dedent(
     from ckptqual.io.engines import make_engine
     from ckptqual.io.engines.base import RankIO
     from ckptqual.io.payload import PayloadGenerator
-    from ckptqual.plan.formats import checkpoint_engine, formatted_plan, shared_files
-from ckptqual.plan.model import FilePlan, TensorSpec
+    from ckptqual.plan.model import FilePlan, TensorSpec
     size, path = int(sys.argv[1]), Path(sys.argv[2])
     spec = FilePlan("__0_0.distcp", (TensorSpec("x", size, "int8"),))
     make_engine("dcp").write(path, spec, 0, RankIO(PayloadGenerator(1), rank=0))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ckptqual.faults import on_path
 from ckptqual.io.engines import make_engine
-from ckptqual.io.engines.base import RankIO, fsync_directory, fsync_path
+from ckptqual.io.engines.base import RankIO, fsync_directory, fsync_path, release_commit
 from ckptqual.runs.task import Task
 
 
@@ -52,9 +52,9 @@ def write_checkpoint_files(io: RankIO, task: Task) -> int:
             fsync_path(io, path)
         for parent in directories_to_sync(directory, [spec.path for spec in plan.files]):
             fsync_directory(io, parent)
-    except BaseException:
-        if finish is not None and hasattr(io.barrier, "abort"):
-            io.barrier.abort()  # the others wait for this rank in `finish`: they fail now, not at the timeout
+    except Exception:
+        if finish is not None:
+            release_commit(io)  # the others wait for this rank in `finish`: they fail now, not at the timeout
         raise
     if finish is not None:
         finish(io, task)

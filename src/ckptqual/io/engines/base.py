@@ -3,7 +3,9 @@ carries."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -14,6 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ckptqual.faults import RunError
 from ckptqual.host.beneath import RunTree
 from ckptqual.io import lanes
 from ckptqual.io.payload import Mismatch, PayloadGenerator, find_mismatches
@@ -194,6 +197,33 @@ class Engine(Protocol):
         MAX_REPORTED + 1), raises IntegrityError for other damage, ReadBackError for a failed read; messages
         name the file as `label`."""
         ...
+
+
+def meet_to_commit(io: RankIO, what: str) -> None:
+    """Once this rank's files are durable: meets every rank of the task twice before the coordinator commits `what`
+    (a format's shared file). A rank that failed meets the others at the first and breaks the second
+    (`release_commit`), so they fail at once and nothing is committed."""
+    if io.barrier is None:
+        return
+    try:
+        io.barrier.wait()
+        io.barrier.wait()
+    except threading.BrokenBarrierError:
+        raise RunError(f"{what} not committed: another rank failed before its files were durable", "not-run") from None
+
+
+def release_commit(io: RankIO) -> None:
+    """A rank whose files failed: meets the others where they wait after theirs (so every rank has left the task's
+    start), then breaks the meeting at which the coordinator would commit. Where the meeting cannot be broken (the
+    nodes' barrier), it meets twice: the checkpoint is committed, and failed by this rank's error."""
+    if io.barrier is None:
+        return
+    with contextlib.suppress(threading.BrokenBarrierError):
+        io.barrier.wait()
+        if hasattr(io.barrier, "abort"):
+            io.barrier.abort()
+        else:
+            io.barrier.wait()
 
 
 def fsync_path(io: RankIO, path: Path) -> None:

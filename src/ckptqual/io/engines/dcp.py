@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import os
 import pickle
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -35,9 +34,8 @@ from torch.distributed.checkpoint.metadata import (
 from torch.distributed.checkpoint.planner import LoadPlan
 from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
-from ckptqual.faults import RunError
 from ckptqual.io.crc import crc32
-from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO
+from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO, meet_to_commit
 from ckptqual.io.engines.rawfile import expect_bytes, first_difference, read_at, read_into, write_all
 from ckptqual.io.engines.torcharchive import archive_of
 from ckptqual.plan.dcp import METADATA, METADATA_TMP, DcpLayout, DcpRankPlan
@@ -75,12 +73,7 @@ class DcpEngine:
     def finish(self, io: RankIO, task: Any) -> None:
         """After the rank's files are durable: meet every rank, then the coordinator commits `.metadata`."""
         io.stage = "metadata"
-        if io.barrier is not None:
-            try:
-                io.barrier.wait()
-            except threading.BrokenBarrierError:
-                message = ".metadata not committed: another rank failed before its files were durable"
-                raise RunError(message, "not-run") from None
+        meet_to_commit(io, METADATA)
         if task.plan.rank != 0:
             return
         directory = Path(task.directory)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,8 +22,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from ckptqual.faults import RunError
-from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO
+from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO, meet_to_commit
 from ckptqual.io.engines.rawfile import expect_bytes, read_at, read_into, write_all
 from ckptqual.plan.model import DTYPE_BYTES, FilePlan, TensorSpec
 from ckptqual.plan.safetensors import INDEX, Piece, ShardedRankPlan, ShardFile, file_order
@@ -85,12 +83,7 @@ class SafetensorsEngine:
     def finish(self, io: RankIO, task: Any) -> None:
         """After the rank's shard is durable: meet every rank, then the coordinator writes the index."""
         io.stage = "index"
-        if io.barrier is not None:
-            try:
-                io.barrier.wait()
-            except threading.BrokenBarrierError:
-                message = f"{INDEX} not written: another rank failed before its shard was durable"
-                raise RunError(message, "not-run") from None
+        meet_to_commit(io, INDEX)
         if task.plan.rank != 0:
             return
         directory = Path(task.directory)
