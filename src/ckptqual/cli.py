@@ -29,6 +29,7 @@ from ckptqual.host.target import (
     format_age,
     format_bytes,
 )
+from ckptqual.plan.formats import DEFAULT_FORMAT, formatted_plan
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.workloads import WorkloadError, available_workloads, load_workload
 from ckptqual.printable import printable, printable_lines
@@ -66,9 +67,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """`ckptqual plan WORKLOAD [--scale S] [--json]`."""
     row = setting("scale")
     scale = row.from_command_line(args.scale if args.scale is not None else row.default)
-    plan = load_workload(args.workload).plan()
+    workload = load_workload(args.workload)
+    plan = workload.plan()
     if scale != 1:
         plan = plan.scaled(scale)
+    plan = formatted_plan(plan, workload.format or DEFAULT_FORMAT)  # the files the workload's format writes
     lines = [json.dumps(plan.to_dict(), indent=2)] if args.json else printable_lines(format_plan(plan).splitlines())
     print(*lines, sep="\n")
     return 0

@@ -26,8 +26,10 @@ from ckptqual.io.readers.base import ALIGN_BYTES
 from ckptqual.limits.limits import MIN_JUDGED_BYTES
 from ckptqual.limits.units import format_size
 from ckptqual.plan.footprint import checkpoints_for_fraction
+from ckptqual.plan.formats import checkpoint_engine, formatted_plan
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan
 from ckptqual.plan.planfile import load_plan
+from ckptqual.plan.reshard import ReshardError, new_layout_needs, parse_layout
 from ckptqual.plan.workloads import Workload, load_workload
 
 BASELINE_MAX_BYTES = 32 << 30
@@ -110,6 +112,11 @@ class RunSettings:
         return min(self.plan.total_bytes, BASELINE_MAX_BYTES)
 
     @property
+    def checkpoint_engine(self) -> str:
+        """The engine that writes and reads the checkpoints: the format's own, or --engine for torch-save files."""
+        return checkpoint_engine(self.values["format"], self.values["engine"])
+
+    @property
     def space_path(self) -> Path:
         return space_path(self.values)
 
@@ -132,13 +139,16 @@ def resolve_settings(options: Mapping[str, Any], table: Iterable[Setting] = SETT
     drive_file = _drive_file(options, table)
     values, sources = overlay(options, drive_file.values, str(drive_file.path), table)
     workload = _workload(values["workload"])
-    plan = _scaled_plan(workload, values["scale"], sources["scale"])
+    if sources["format"] == DEFAULT and workload.format is not None:
+        values["format"], sources["format"] = workload.format, f"workload {workload.name}"
+    plan = _formatted(_scaled_plan(workload, values["scale"], sources["scale"]), values, sources)
+    _check_restore_layout(workload, values)
     _check_target_and_outputs(values)
     values["checkpoints_per_pass"], sources["checkpoints_per_pass"] = _checkpoints_per_pass(values, sources, plan)
     _check_host(plan, values)
     values["seed"] = values["seed"] if values["seed"] is not None else int.from_bytes(os.urandom(4), "little")
     values["memory_budget_bytes"] = values["memory_budget_bytes"] or default_memory_budget()
-    if values["engine"] == "torch-save":
+    if checkpoint_engine(values["format"], values["engine"]) == "torch-save":
         _check_memory(plan, values["memory_budget_bytes"])
     values["layout_max_total_bytes"] = _layout_bytes(values, sources, drive_file)
     layout_plan = _layout_plan(values["layout_plan"], len(plan.ranks), space_path(values))
@@ -204,6 +214,24 @@ def _scaled_plan(workload: Workload, scale: float, source: str) -> CheckpointPla
             f"{smallest:.2g} or more"
         )
     return full.scaled(scale)
+
+
+def _formatted(plan: CheckpointPlan, values: Mapping[str, Any], sources: Mapping[str, str]) -> CheckpointPlan:
+    """The plan laid out in the run's format; a plan the format cannot hold is refused naming why."""
+    try:
+        return formatted_plan(plan, values["format"], values["dcp_threads"])
+    except ValueError as error:
+        raise SettingsError(f"--format {values['format']} ({sources['format']}): {error}") from None
+
+
+def _check_restore_layout(workload: Workload, values: Mapping[str, Any]) -> None:
+    """--restore-layout must be one the workload's checkpoint can be restored onto (plan.reshard)."""
+    if values["restore_layout"] is None:
+        return
+    try:
+        new_layout_needs(workload, workload.plan().scaled(values["scale"]), *parse_layout(values["restore_layout"]))
+    except ReshardError as error:
+        raise SettingsError(str(error)) from None
 
 
 def _check_target_and_outputs(values: Mapping[str, Any]) -> None:

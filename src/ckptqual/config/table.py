@@ -7,6 +7,7 @@ A new option is one row here plus the code that uses it.
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from ckptqual.config.values import (
 from ckptqual.io.readers import TRANSFERS
 from ckptqual.io.readers.base import ALIGN_BYTES
 from ckptqual.limits.units import format_size
+from ckptqual.plan.dcp import MAX_THREADS as MAX_DCP_THREADS
+from ckptqual.plan.formats import DEFAULT_FORMAT, FORMAT_ENGINES, FORMATS
 
 MAX_SEED = 2**32 - 1
 MIN_RANK_TIMEOUT_S = 1.0
@@ -39,7 +42,7 @@ PARTS = ("baseline", "fill", "restore", "sweep", "layouts")  # what a drive file
 def _engines() -> Collection[str]:
     from ckptqual.io.engines import ENGINES  # when first checked: it loads torch, which `ckptqual plan` never needs
 
-    return ENGINES
+    return [name for name in ENGINES if name not in FORMAT_ENGINES.values()]  # a format's own engine: --format
 
 
 COMMAND_LINE, DEFAULT = "command line", "default"
@@ -56,6 +59,10 @@ def _resolves(address: Any) -> bool:
         return False
 
 
+LAYOUT = Kind(
+    lambda v: isinstance(v, str) and re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", v) is not None,
+    "must be TPxPP, two whole numbers of at least 1, e.g. 8x1",
+)
 CONTROLLER_ADDRESS = Kind(
     _resolves,
     "must be HOST:PORT with a port from 1 to 65535 and a HOST that resolves (a name in DNS or /etc/hosts, or an "
@@ -112,6 +119,15 @@ SETTINGS: tuple[Setting, ...] = (
             f"checkpoint holds less than one {format_size(ALIGN_BYTES)} block per file"),
     Setting("engine", "--engine", "run", choice(_engines, "engine"), "stream",
             "how checkpoint files are written: stream (bounded memory), stream-direct (O_DIRECT) or torch-save"),
+    Setting("format", "--format", "run", choice(FORMATS, "format"), DEFAULT_FORMAT,
+            "checkpoint format: torch-save (DLIO's torch.save files, written by --engine), dcp "
+            "(torch.distributed.checkpoint's FileSystemWriter files) or safetensors (a Hugging Face export); a "
+            "workload file may name it too"),
+    Setting("dcp_threads", "--dcp-threads", "run", whole(1, MAX_DCP_THREADS), "1",
+            "files each rank writes under --format dcp (FileSystemWriter's thread_count)"),
+    Setting("restore_layout", "--restore-layout", "run", LAYOUT, None,
+            "restore onto this TP x PP layout (TPxPP, e.g. 8x1, the same ranks in all): each new rank reads what "
+            "its shards need of the checkpoint", unset="the layout that saved"),
     Setting("checkpoints_per_pass", "--checkpoints-per-pass", "run", whole(1), "3",
             "checkpoints per fill pass (the retention limit)"),
     Setting("fill_fraction", "--fill-fraction", "run", fraction("fraction"), None,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ckptqual.bounded import load_toml
+from ckptqual.plan.formats import FORMATS
 from ckptqual.plan.keys import key_problem
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.resources import named_files, read_text_file, resolve
@@ -287,9 +288,12 @@ class Workload:
     model_dtype: str
     optimizer_dtype: str
     parameters: int | None = None
+    format: str | None = None  # the checkpoint format the workload is written in (plan.formats), where it names one
 
     def __post_init__(self) -> None:
         _check_layout(self.layout)
+        if self.format is not None and self.format not in FORMATS:
+            raise WorkloadError(f"format: must be one of {', '.join(FORMATS)}, got {self.format!r}")
         if not isinstance(self.description, str) or not self.description.strip():
             raise WorkloadError(f"description: must be a non-empty string, got {self.description!r}")
         _check_dtype("dtypes.model", self.model_dtype)
@@ -359,7 +363,7 @@ def _shown(path: Path) -> str:
 
 def _parse(name: str, doc: dict[str, Any]) -> Workload:
     """A Workload from a parsed TOML document; every key checked before use."""
-    _check_keys(doc, "", required=("description", "layout", "model", "parallelism"), optional=("dtypes",))
+    _check_keys(doc, "", required=("description", "layout", "model", "parallelism"), optional=("dtypes", "format"))
     layout = doc["layout"]
     _check_layout(layout)
     dlio = layout == "dlio-v2"
@@ -384,6 +388,7 @@ def _parse(name: str, doc: dict[str, Any]) -> Workload:
         model_dtype=dtypes.get("model", defaults[0]),
         optimizer_dtype=dtypes.get("optimizer", defaults[1]),
         parameters=_whole(model["parameters"]) if dlio else None,
+        format=doc.get("format"),
     )
 
 

@@ -170,6 +170,17 @@ CHECKPOINT = record(
     },
     ("pass_number", "checkpoint", "seconds", "GBps", "ranks"),
 )
+RESHARD = record(  # a restore onto another layout (--restore-layout): what each new rank read
+    {
+        "layouts": STRING,
+        "reads": STRING,
+        "ranks": array(record({"rank": INTEGER, "bytes_read": NUMBER, "files": INTEGER}, ("rank", "bytes_read"))),
+        "bytes_read": NUMBER,
+        "checkpoint_bytes": NUMBER,
+        "read_amplification": NUMBER,
+    },
+    ("layouts", "ranks", "bytes_read", "read_amplification"),
+)
 RESTORE = record(
     {
         "checkpoint": SCALAR,
@@ -179,6 +190,7 @@ RESTORE = record(
         "cached_fraction_before": NUMBER,
         "ranks": RANKS,
         "device": DEVICE,
+        "reshard": nullable(RESHARD),
         **HOST_FIGURES,
     },
     ("checkpoint", "bytes", "seconds", "GBps", "cached_fraction_before", "ranks"),

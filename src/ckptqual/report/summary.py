@@ -54,6 +54,7 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
             f"{restored['GBps']:.2f} GB/s, every byte verified ({restored['cached_fraction_before']:.1%} "
             f"cached before) {outcomes.get('restore', '')}".rstrip()
         )
+        lines += _reshard_lines(restored.get("reshard"))
     if "restore" not in data and "restore" in outcomes:
         lines.append(f"restore: {outcomes['restore']}")
     lines += mlperf_lines(mlperf_metrics(data)) if data.get("checkpoints") else []
@@ -221,3 +222,15 @@ def _left_lines(data: dict[str, Any]) -> list[str]:
     if cleanup.get("fix"):
         lines.append(f"  remove ckptqual's leftovers with: {cleanup['fix']}")
     return lines
+
+
+def _reshard_lines(reshard: dict[str, Any] | None) -> list[str]:
+    """A restore onto another layout: what the new ranks read, and from how many files each."""
+    if not reshard:
+        return []
+    ranks = ", ".join(f"{r['rank']}: {r['bytes_read'] / 1e6:,.1f} MB of {r['files']} files" for r in reshard["ranks"])
+    return [
+        f"  onto layout {reshard['layouts']}: {reshard['bytes_read']:,} bytes read ({reshard['reads']}), "
+        f"x{reshard['read_amplification']:.3f} the checkpoint's {reshard['checkpoint_bytes']:,} payload bytes",
+        f"  per new rank: {ranks}",
+    ]

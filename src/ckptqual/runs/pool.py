@@ -145,6 +145,8 @@ class RankPool(Pool):
         """Every rank does `op` (on its plan, if any) from a common start; the slowest rank's end is the time."""
         plans = self._plans(plans)
         with self._lock:
+            if self._barrier.broken:  # a rank broke it to release the others after its task failed (runs.save)
+                self._barrier.reset()
             try:
                 tasks = [
                     Task(op, checkpoint, str(directory), plan, options or {}, self.sampler, self.root) for plan in plans

@@ -8,6 +8,7 @@ change to the target runs through the run's space (a helper process with a deadl
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import time
@@ -31,9 +32,10 @@ from ckptqual.limits.host_bound import waits_text
 from ckptqual.limits.judgement import Judgement, judge
 from ckptqual.limits.measurements import MEASUREMENTS, Taken, field, in_recorded_unit, taken_at
 from ckptqual.limits.steady import SteadyState, steady_state
+from ckptqual.plan.formats import shared_files
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.planfile import dump_plan
-from ckptqual.runs import raw
+from ckptqual.runs import raw, reshard
 from ckptqual.runs.baseline import measure_baseline
 from ckptqual.runs.cadence import Cadence
 from ckptqual.runs.cluster import NodePool
@@ -86,7 +88,7 @@ class Qualification:
             self.run_dir / "checkpoints",
             settings.plan,
             self.pool,
-            settings.engine,
+            settings.checkpoint_engine,
             settings.checkpoints_per_pass,
             remove=self.remove,
             on_checkpoint=self._checkpoint_done,
@@ -103,7 +105,8 @@ class Qualification:
         """Records in the run directory's manifest every file the run will write, before it writes any, and makes
         the directories the ranks write into (at start: a drive that hangs now hangs before anything is timed)."""
         plan = self.settings.plan
-        self.space.declare("checkpoints/checkpoint-*", [spec.path for rank in plan.ranks for spec in rank.files])
+        files = [spec.path for rank in plan.ranks for spec in rank.files] + list(shared_files(self.settings.format))
+        self.space.declare("checkpoints/checkpoint-*", files)
         self.space.declare("raw", [raw.raw_path(Path(), rank).name for rank in range(len(plan.ranks))])
         self.target.declare("layouts/layout-*", [], listed=True)
         for name in ("checkpoints", "raw", "layouts"):
@@ -234,23 +237,42 @@ class Qualification:
             message = f"checkpoint {checkpoint} cannot be read back: {os_error_line(error, 'evict')}"
             fault = "integrity" if error.errno == errno.ENOENT else fault_of_errno(error.errno)
             raise self._failed(RestoreError(message, fault, error.errno)) from error
-        options = {"engine": self.settings.engine}
+        options = {"engine": self.settings.checkpoint_engine}
+        op, plans = ("reshard-read", self._layout_plans) if self.settings.restore_layout else ("read", plan.ranks)
         try:
             with device_bytes.counted(self.devices) as count:
-                timing = self.pool.run(
-                    "read", directory, plan.ranks, f"restore of checkpoint {checkpoint}", checkpoint, options
-                )
+                timing = self.pool.run(op, directory, plans, f"restore of checkpoint {checkpoint}", checkpoint, options)
         except RankFailure as error:
             raise self._failed(RestoreError(str(error), error.fault, error.errno)) from error
         ranks = [asdict(r) for r in timing.ranks]
         figures = (timing.bytes, timing.seconds, timing.first_done_s, cached, timing.generated_GBps, ranks)
-        device = count.of(timing.bytes, "read", timing.nodes, below)
-        result = RestoreResult(checkpoint, *figures, host=timing.host, nodes=timing.node_figures(), device=device)
+        distinct, layout = timing.bytes, None
+        if self.settings.restore_layout:
+            distinct, layout = self._reshard_figures(directory, timing.ranks, plan.total_bytes)
+        device = count.of(distinct, "read", timing.nodes, below)
+        result = RestoreResult(
+            checkpoint, *figures, host=timing.host, nodes=timing.node_figures(), device=device, reshard=layout
+        )
         self.events.restore(result.to_dict())
         self.host_bound_figure("restore_throughput", result.host_bound_reason())
         self._uncounted["restore_throughput"] = device.not_countable
         self._waits["restore_throughput"] = waits_text(result.host)
         return result
+
+    @functools.cached_property
+    def _layout_plans(self) -> tuple:
+        """Each new rank's reads for --restore-layout (runs.reshard), made once."""
+        settings = self.settings
+        args = (settings.workload, settings.scale, settings.plan, settings.restore_layout, settings.checkpoint_engine)
+        return reshard.layout_plans(*args)
+
+    def _reshard_figures(self, directory: Path, ranks: list, checkpoint_bytes: int) -> tuple[int, dict]:
+        """A restore onto another layout: the distinct bytes the ranks read (ranks that read the same bytes get them
+        from the drive once), and what each new rank read (runs.reshard.figures)."""
+        distinct = reshard.distinct_bytes(self._layout_plans, lambda path: (directory / path).stat().st_size)
+        par = self.settings.workload.parallelism
+        layouts = f"{par.tp}x{par.pp} -> {self.settings.restore_layout}"
+        return distinct, reshard.figures(self._layout_plans, [r.bytes for r in ranks], checkpoint_bytes, layouts)
 
     def _failed(self, error: RunError) -> RunError:
         self.events.error(str(error))

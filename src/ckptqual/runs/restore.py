@@ -36,6 +36,9 @@ MIN_VERIFY_HEADROOM = 1.5
 def read_checkpoint_files(io: RankIO, task: Any) -> int:
     """Rank side: reads the rank's files of one checkpoint and proves each loadable and exact; returns bytes read."""
     engine = make_engine(task.options["engine"])
+    check_shared = getattr(engine, "check_shared", None)  # a format's shared file (dcp's .metadata), checked first
+    if check_shared is not None:
+        check_shared(io, task)
     problems: list[Problem] = []
     for index, spec in enumerate(task.plan.files):
         problems += engine.read(Path(task.directory) / spec.path, spec, index, io, _label(task, index))
@@ -64,6 +67,9 @@ def load_sample(io: RankIO, task: Any) -> dict[str, float]:
     loads each file once, which the timed read already did. The loaded tensors must be the plan's, and the first
     payload block of each must be right as torch maps it (from the page cache: the read just brought it there).
     """
+    engine = make_engine(task.options["engine"])
+    if hasattr(engine, "load_sample"):  # a format its own library loads (dcp: dcp.load)
+        return engine.load_sample(io, task)
     if not task.plan.files:
         return {"torch_load_sampled": 0, "torch_load_sampled_s": 0.0}
     start = time.monotonic()
@@ -104,6 +110,7 @@ class RestoreResult:
     # (`read_files_of_node`), so that no node read back from the page cache that wrote the files.
     nodes: list[dict] = field(default_factory=list)
     device: DeviceBytes | None = None  # what the devices under the target read meanwhile (host.device_bytes)
+    reshard: dict | None = None  # a restore onto another layout: what each new rank read (runs.reshard.figures)
 
     @property
     def GBps(self) -> float:

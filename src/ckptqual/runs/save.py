@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ckptqual.faults import on_path
 from ckptqual.io.engines import make_engine
-from ckptqual.io.engines.base import RankIO, fsync_directory, fsync_path, writeback_path
+from ckptqual.io.engines.base import RankIO, fsync_directory, fsync_path, release_commit, writeback_path
 from ckptqual.runs.task import Task
 
 _NONE = contextlib.nullcontext(None)  # no writeback thread: the kernel starts writeback when it will
@@ -45,22 +45,31 @@ def write_checkpoint_files(io: RankIO, task: Task) -> int:
     for parent in sorted({directory} | {path.parent for path in paths}):
         with io.directory(parent, create=True):
             pass
-    io.begin("write")
-    with ThreadPoolExecutor(1, "ckptqual-writeback") if task.options.get("early_writeback", True) else _NONE as behind:
-        started: list[Future] = []
-        for index, (path, spec) in enumerate(zip(paths, plan.files, strict=True)):
-            try:
-                engine.write(path, spec, index, io)
-            except OSError as error:
-                raise on_path(error, path) from None
-            if behind is not None:
-                started.append(behind.submit(writeback_path, io, path))
-        io.begin("fsync")
-        for future in started:
-            future.result()
-    for path in paths:
-        fsync_path(io, path)
-    io.begin("commit")
-    for parent in directories_to_sync(directory, [spec.path for spec in plan.files]):
-        fsync_directory(io, parent)
+    finish = getattr(engine, "finish", None)  # a format's commit after every rank's files are durable (dcp)
+    early = task.options.get("early_writeback", True)
+    try:
+        io.begin("write")
+        with ThreadPoolExecutor(1, "ckptqual-writeback") if early else _NONE as behind:
+            started: list[Future] = []
+            for index, (path, spec) in enumerate(zip(paths, plan.files, strict=True)):
+                try:
+                    engine.write(path, spec, index, io)
+                except OSError as error:
+                    raise on_path(error, path) from None
+                if behind is not None:
+                    started.append(behind.submit(writeback_path, io, path))
+            io.begin("fsync")
+            for future in started:
+                future.result()
+        for path in paths:
+            fsync_path(io, path)
+        io.begin("commit")
+        for parent in directories_to_sync(directory, [spec.path for spec in plan.files]):
+            fsync_directory(io, parent)
+    except Exception:
+        if finish is not None:
+            release_commit(io)  # the others wait for this rank in `finish`: they fail now, not at the timeout
+        raise
+    if finish is not None:
+        finish(io, task)  # timed as the commit phase
     return plan.nbytes

@@ -20,7 +20,7 @@ from ckptqual.host.waits import between, own_threads
 from ckptqual.io.engines.base import IntegrityError, RankIO
 from ckptqual.io.lanes import use as use_lanes
 from ckptqual.io.payload import PayloadGenerator
-from ckptqual.runs import raw, restore, save, stage
+from ckptqual.runs import raw, reshard, restore, save, stage
 from ckptqual.runs.task import Task
 
 _PARENT_POLL_S = 0.5  # how soon a rank notices that its run is gone
@@ -31,6 +31,7 @@ _OPERATIONS: dict[str, Callable[[RankIO, Task], int]] = {
     "raw-write": raw.write_sequential,
     "raw-read": raw.read_sequential,
     "read": restore.read_checkpoint_files,
+    "reshard-read": reshard.read_for_layout,
 }
 OPERATIONS = tuple(_OPERATIONS)  # the operations a task may name
 # Checks that follow an operation outside its timed region; their reply fields join the operation's.
@@ -66,6 +67,7 @@ def run_task(io: RankIO, task: Task, barrier: Any) -> dict[str, Any]:
     """Meets the other ranks at `barrier` (anything with `wait()`), does the task timed and reports it; a failure is
     reported, never raised."""
     io.checkpoint, io.payload_cpu_s, io.generated_bytes, io.stage = task.checkpoint, 0.0, 0, task.op
+    io.barrier = barrier
     try:
         barrier.wait()
         with task.run_root().open() as io.tree:  # opened untimed, before the common start

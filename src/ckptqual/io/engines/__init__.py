@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from ckptqual.io.engines.base import Engine
+from ckptqual.io.engines.dcp import DcpEngine
+from ckptqual.io.engines.safetensors import SafetensorsEngine
 from ckptqual.io.engines.stream import StreamEngine
 from ckptqual.io.engines.stream_direct import StreamDirectEngine
 from ckptqual.io.engines.torch_save import TorchSaveEngine
 
-ENGINES: dict[str, type] = {"stream": StreamEngine, "stream-direct": StreamDirectEngine, "torch-save": TorchSaveEngine}
+ENGINES: dict[str, type] = {
+    "stream": StreamEngine,
+    "stream-direct": StreamDirectEngine,
+    "torch-save": TorchSaveEngine,
+    "dcp": DcpEngine,
+    "safetensors": SafetensorsEngine,
+}
 
 
 def make_engine(name: str) -> Engine:

@@ -3,17 +3,20 @@ carries."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from ckptqual.faults import RunError
 from ckptqual.host.beneath import RunTree
 from ckptqual.io import lanes
 from ckptqual.io.payload import Mismatch, PayloadGenerator, find_mismatches
@@ -45,6 +48,7 @@ class RankIO:
     generated_bytes: int = 0
     stage: str = "write"
     tree: RunTree | None = None
+    barrier: Any = None  # where every rank of the task meets (set by the worker); an engine's `finish` may wait there
 
     def __post_init__(self) -> None:
         self.phases: dict[str, float] = {}
@@ -90,6 +94,15 @@ class RankIO:
         if self._spare.nbytes < self.chunk_bytes:
             self._spare = np.empty(self.chunk_bytes, dtype=np.uint8)
         return self._spare
+
+    @contextmanager
+    def acting_as(self, rank: int) -> Iterator[None]:
+        """Payload made and checked inside the block is rank `rank`'s (a piece another rank wrote)."""
+        own, self.rank = self.rank, rank
+        try:
+            yield
+        finally:
+            self.rank = own
 
     def payload_time(self) -> _PayloadClock:
         """Counts the CPU time of the block as payload time: this thread's and that of the lanes' helpers (not wall
@@ -202,6 +215,33 @@ class Engine(Protocol):
         MAX_REPORTED + 1), raises IntegrityError for other damage, ReadBackError for a failed read; messages
         name the file as `label`."""
         ...
+
+
+def meet_to_commit(io: RankIO, what: str) -> None:
+    """Once this rank's files are durable: meets every rank of the task twice before the coordinator commits `what`
+    (a format's shared file). A rank that failed meets the others at the first and breaks the second
+    (`release_commit`), so they fail at once and nothing is committed."""
+    if io.barrier is None:
+        return
+    try:
+        io.barrier.wait()
+        io.barrier.wait()
+    except threading.BrokenBarrierError:
+        raise RunError(f"{what} not committed: another rank failed before its files were durable", "not-run") from None
+
+
+def release_commit(io: RankIO) -> None:
+    """A rank whose files failed: meets the others where they wait after theirs (so every rank has left the task's
+    start), then breaks the meeting at which the coordinator would commit. Where the meeting cannot be broken (the
+    nodes' barrier), it meets twice: the checkpoint is committed, and failed by this rank's error."""
+    if io.barrier is None:
+        return
+    with contextlib.suppress(threading.BrokenBarrierError):
+        io.barrier.wait()
+        if hasattr(io.barrier, "abort"):
+            io.barrier.abort()
+        else:
+            io.barrier.wait()
 
 
 def fsync_path(io: RankIO, path: Path) -> None:
