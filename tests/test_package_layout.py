@@ -12,6 +12,7 @@ PACKAGE = Path(ckptqual.__file__).parent
 ROOMS = (
     "faults",
     "resources",
+    "output_file",
     "bounded",
     "printable",
     "plan",
