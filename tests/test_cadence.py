@@ -137,7 +137,7 @@ def test_the_time_left_counts_the_intervals_still_to_compute():
     assert "left: pass 0:02:20, run 0:05:50" in with_cadence  # 140 s, then 3 x (10 + 60) s
 
 
-CADENCE_RUN = Path(__file__).parent / "data" / "results" / "cadence-async.json"  # docs/cadence.md's async run
+CADENCE_RUN = Path(__file__).parent / "data" / "results" / "cadence-async.json"  # docs/training-stacks.md's async run
 
 
 def test_the_report_draws_a_checkpoints_phases_their_spread_and_the_cadence():

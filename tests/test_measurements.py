@@ -33,7 +33,7 @@ from ckptqual.report.summary import summary_lines
 
 RESULTS = Path(__file__).parent / "data" / "results"
 A, FIRST, THIRD = RESULTS / "drive-a.json", RESULTS / "loop-ext4-1.json", RESULTS / "loop-ext4-3.json"
-CADENCE = RESULTS / "cadence-async.json"  # a run with --checkpoint-interval and --async-save (docs/cadence.md)
+CADENCE = RESULTS / "cadence-async.json"  # a run with --checkpoint-interval and --async-save (docs/training-stacks.md)
 # Taken per pass only since the training cadence came: drive-a.json predates them, the cadence run records them.
 CADENCE_ROWS = ("stall_fraction", "seconds_to_durable_max", "min_sustained_interval")
 PAGE = Path(__file__).parents[1] / "docs" / "reference" / "measurements.md"
