@@ -180,12 +180,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """`ckptqual compare BASE.json NEW.json`: 1 when a metric regressed beyond its noise band and the allowance."""
+    """`ckptqual compare BASE.json NEW.json`: 0 when every required metric was judged and resolved and none regressed,
+    1 when a metric regressed beyond its noise band and the allowance, 3 when a required metric was not judged or not
+    resolved (report.gate)."""
     allowed = parse_percentage(args.max_regression)
     base, new = _labelled_runs([args.base, args.new], args.label)
-    changes, lines = compare_runs(base, new, allowed, args.metric)
-    print(*lines, sep="\n")
-    return 1 if any(change.regressed for change in changes) else 0
+    comparison = compare_runs(base, new, allowed, args.metric, args.require)
+    print(*comparison.lines, sep="\n")
+    return comparison.exit_code
 
 
 def cmd_mlperf(args: argparse.Namespace) -> int:
@@ -233,7 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--label", action="append", metavar="LABEL=FILE", help=_LABEL_HELP)
     report.set_defaults(func=cmd_report)
     compare = commands.add_parser(
-        "compare", help="compare two results files; exit 1 when a metric regressed beyond its noise band"
+        "compare",
+        help="compare two results files; exit 1 when a metric regressed beyond its noise band, 3 when a required "
+        "metric was not judged or not resolved",
     )
     compare.add_argument("base", help="the results file of the reference run (e.g. the old firmware)")
     compare.add_argument("new", help="the results file of the run under test")
@@ -242,6 +246,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument(
         "--metric", action="append", help="compare only metrics matching this glob, e.g. 'pass*' (repeatable)"
+    )
+    compare.add_argument(
+        "--require",
+        action="append",
+        metavar="GLOB",
+        help="metrics the gate must judge and resolve, e.g. 'steady' (repeatable); default: those of the parts the "
+        "drive file's [verdict] requires",
     )
     compare.add_argument("--label", action="append", metavar="LABEL=FILE", help=_LABEL_HELP)
     compare.set_defaults(func=cmd_compare)

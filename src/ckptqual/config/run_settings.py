@@ -118,6 +118,7 @@ class RunSettings:
             **{name: str(value) if isinstance(value, Path) else value for name, value in self.values.items()},
             "drive": self.thresholds.drive.name,
             "thresholds_file": str(self.thresholds.path),
+            "requires": list(self.thresholds.requires),
             "workload": self.plan.workload,
             "sources": dict(self.sources),
             "fsync": True,

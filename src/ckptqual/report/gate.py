@@ -1,0 +1,90 @@
+"""The regression gate's answer: which metrics it must judge (the drive file's required parts, or --require), why
+each one it could not judge or resolve leaves it inconclusive and what would fix that, and its exit code. The gate is
+never green on a required figure it did not judge: 0 only when every required metric was judged and resolved and
+none regressed, 1 on a regression, 3 when inconclusive."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from ckptqual.report.noise import MAX_ROUNDS, NOISE_FLOOR
+
+PASSED, REGRESSED, INCONCLUSIVE = 0, 1, 3
+# The metrics each part of a run measures, as globs over compare's metric names.
+PART_METRICS = {
+    "baseline": ("raw_write", "raw_read"),
+    "fill": ("pass*", "steady"),
+    "restore": ("restore",),
+    "sweep": ("sweep",),
+    "layouts": ("layouts.*",),
+}
+
+
+@dataclass(frozen=True)
+class Required:
+    """A glob of metrics the gate must judge, and what requires it."""
+
+    pattern: str
+    origin: str
+
+
+def required_metrics(records: Sequence[Mapping[str, Any]], given: Sequence[str] | None) -> list[Required]:
+    """`given` (--require) where given, else the metrics of the parts the drive file requires, as the first of
+    `records` (the run under test first) that names them recorded it (settings.requires); where none does, every part
+    the first record ran."""
+    if given:
+        return [Required(pattern, "--require") for pattern in given]
+    stated = next((data["settings"]["requires"] for data in records if "requires" in data.get("settings", {})), None)
+    if stated is not None:
+        origin, parts = "the drive file's [verdict] requires", stated
+    else:
+        settings = records[0].get("settings", {}) if records else {}
+        origin, parts = "every part run: the record names no requires", settings.get("parts", list(PART_METRICS))
+    return [Required(pattern, f"part {part}, {origin}") for part in parts for pattern in PART_METRICS.get(part, ())]
+
+
+def matching(names: Sequence[str], pattern: str) -> list[str]:
+    return [name for name in names if fnmatchcase(name, pattern)]
+
+
+def fix_for(name: str, have: int, needed: int | None, allowed: float, settings: Mapping[str, Any]) -> str:
+    """How many rounds would resolve metric `name` (it has `have` per run), as the setting to change."""
+    if needed is None:
+        if allowed < NOISE_FLOOR:
+            return (
+                f"no number of rounds resolves it: no band is narrower than {NOISE_FLOOR:.0%}, so give "
+                f"--max-regression {NOISE_FLOOR:.0%} or more"
+            )
+        return f"its rounds spread so widely that even {MAX_ROUNDS:,} would not resolve it: rerun both on a quiet host"
+    if name == "steady":
+        steady_passes = max(int(settings.get("passes") or 3) - 1, 1)
+        per_pass = math.ceil(needed / steady_passes)
+        return (
+            f"{needed} steady-state checkpoints would resolve it (has {have}): rerun both with "
+            f"--checkpoints-per-pass {per_pass}"
+        )
+    if name.startswith("pass"):
+        return f"{needed} checkpoints per pass would resolve it (has {have}): rerun both with --checkpoints-per-pass {needed}"
+    if name == "restore":
+        return f"{needed} restored checkpoints would resolve it (has {have}): rerun both with --restore-checkpoints {needed}"
+    if name.startswith("layouts."):
+        return f"{needed} odd layouts would resolve it (has {have}): rerun both with --layout-examples {needed}"
+    if name == "sweep":
+        return (
+            f"{needed} measured sweep cells would resolve it (has {have}): rerun both with more block sizes or thread "
+            "counts (--sweep-block-sizes, --sweep-threads)"
+        )
+    if name.startswith("sweep."):
+        return "a sweep cell is one round, its band does not narrow: require the sweep as a whole (--require sweep)"
+    return f"{needed} rounds would resolve it (has {have}; the raw baseline's rounds are not a setting)"
+
+
+def exit_code(regressions: int, inconclusive: int) -> int:
+    """1 on a regression, else 3 where a required metric was not judged or not resolved, else 0."""
+    if regressions:
+        return REGRESSED
+    return INCONCLUSIVE if inconclusive else PASSED
