@@ -369,9 +369,8 @@ def _gap(
         return "host-bound, so it measured the host; fix: rerun both where the run's processes get the CPUs they need"
     if change.band is None:
         return f"{change.word}; fix: rerun both with at least 2 rounds of it"
-    return (
-        f"not resolved: detects only ±{change.band:.1%}, more than the allowed {allowed:.0%}; fix: "
-        + fix_for(name, change.rounds, change.needed, allowed, settings)
+    return f"not resolved: detects only ±{change.band:.1%}, more than the allowed {allowed:.0%}; fix: " + fix_for(
+        name, change.rounds, change.needed, allowed, settings
     )
 
 

@@ -23,6 +23,13 @@ PART_METRICS = {
     "layouts": ("layouts.*",),
 }
 
+# The setting that sets a metric's rounds, by the metric's name's start: (what a round is, the flag).
+_ROUNDS = (
+    ("pass", ("checkpoints per pass", "--checkpoints-per-pass")),
+    ("restore", ("restored checkpoints", "--restore-checkpoints")),
+    ("layouts.", ("odd layouts", "--layout-examples")),
+)
+
 
 @dataclass(frozen=True)
 class Required:
@@ -67,12 +74,9 @@ def fix_for(name: str, have: int, needed: int | None, allowed: float, settings: 
             f"{needed} steady-state checkpoints would resolve it (has {have}): rerun both with "
             f"--checkpoints-per-pass {per_pass}"
         )
-    if name.startswith("pass"):
-        return f"{needed} checkpoints per pass would resolve it (has {have}): rerun both with --checkpoints-per-pass {needed}"
-    if name == "restore":
-        return f"{needed} restored checkpoints would resolve it (has {have}): rerun both with --restore-checkpoints {needed}"
-    if name.startswith("layouts."):
-        return f"{needed} odd layouts would resolve it (has {have}): rerun both with --layout-examples {needed}"
+    rounds = next((row for prefix, row in _ROUNDS if name.startswith(prefix)), None)
+    if rounds is not None:
+        return f"{needed} {rounds[0]} would resolve it (has {have}): rerun both with {rounds[1]} {needed}"
     if name == "sweep":
         return (
             f"{needed} measured sweep cells would resolve it (has {have}): rerun both with more block sizes or thread "
