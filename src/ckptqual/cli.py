@@ -11,6 +11,7 @@ from importlib.metadata import version
 from itertools import groupby
 from pathlib import Path
 
+from ckptqual.config.run_settings import scaled_plan
 from ckptqual.config.table import add_options, setting
 from ckptqual.config.values import SettingsError
 from ckptqual.host.leftovers import NothingToClean
@@ -63,9 +64,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """`ckptqual plan WORKLOAD [--scale S] [--json]`."""
     row = setting("scale")
     scale = row.from_command_line(args.scale if args.scale is not None else row.default)
-    plan = load_workload(args.workload).plan()
-    if scale != 1:
-        plan = plan.scaled(scale)
+    workload = load_workload(args.workload)
+    plan = (
+        scaled_plan(workload, scale, "command line" if args.scale is not None else "default")
+        if scale != 1
+        else workload.plan()
+    )
     print(json.dumps(plan.to_dict(), indent=2) if args.json else format_plan(plan))
     return 0
 
