@@ -154,7 +154,7 @@ def _subjects(subjects: list[str | None]) -> str:
 # What a verdict rests on (its basis), in this order, each only where it applies.
 RELATIVE_ONLY = "relative limits only"
 STEADY_NOT_REQUIRED = "steady state not reached (not required by this drive file)"
-HOST_BOUND_KEPT = "host-bound figures kept: each met its minimum"
+HOST_BOUND_KEPT = "host-bound figures kept, each met its minimum"  # then ": " and the figures it means
 BASIS_ORDER = (RELATIVE_ONLY, STEADY_NOT_REQUIRED, HOST_BOUND_KEPT)
 _KEPT = (Outcome.PASS, Outcome.MARGINAL)
 
@@ -173,12 +173,25 @@ def verdict_basis(
     judged = [m for m in measurements if m.get("limit_number") is not None and m.get("outcome") != "MEASURED"]
     kinds = [relative[m["limit_number"]] for m in judged if m["limit_number"] in relative]
     last = steady_states[max(steady_states, key=int)] if steady_states else None
+    kept = list(dict.fromkeys(figure_name(m) for m in judged if m.get("host_bound") and m.get("outcome") in _KEPT))
     applies = {
         RELATIVE_ONLY: bool(kinds) and all(kinds),
         STEADY_NOT_REQUIRED: fill_passes > 0 and not require_steady_state and not (last and last.get("reached")),
-        HOST_BOUND_KEPT: any(m.get("host_bound") and m.get("outcome") in _KEPT for m in judged),
+        HOST_BOUND_KEPT: bool(kept),
     }
-    return tuple(phrase for phrase in BASIS_ORDER if applies[phrase])
+    named = {HOST_BOUND_KEPT: f"{HOST_BOUND_KEPT}: {', '.join(kept)}"}
+    return tuple(named.get(phrase, phrase) for phrase in BASIS_ORDER if applies[phrase])
+
+
+def figure_name(measurement: Mapping[str, Any]) -> str:
+    """A judged figure as the basis names it: 'fill_throughput (pass 2, state steady)'."""
+    context = ", ".join(f"{key} {value}" for key, value in measurement.get("context", {}).items())
+    return f"{measurement['measurement']}" + (f" ({context})" if context else "")
+
+
+def _basis_rank(phrase: str) -> int:
+    """Where `phrase` stands in BASIS_ORDER (a named phrase by the words it starts with)."""
+    return next(index for index, start in enumerate(BASIS_ORDER) if phrase.startswith(start))
 
 
 @dataclass(frozen=True)
@@ -251,5 +264,6 @@ def combined_verdict(verdicts: Mapping[str, RunVerdict]) -> RunVerdict:
     )
     bases = [set(verdict.basis) for verdict in verdicts.values()]
     every, some = set.intersection(*bases) if bases else set(), set().union(*bases)
-    basis = tuple(phrase for phrase in BASIS_ORDER if phrase in (every if phrase == RELATIVE_ONLY else some))
+    kept = sorted((p for p in some if p != RELATIVE_ONLY or p in every), key=lambda p: (_basis_rank(p), p))
+    basis = tuple(dict.fromkeys(kept))
     return RunVerdict(worst or Overall.INCOMPLETE, reasons or (() if worst else ("no drive was qualified",)), basis)
