@@ -72,6 +72,7 @@ class Findings:
 
     items: list[tuple[Outcome, str]] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)
+    measured: list[str] = field(default_factory=list)  # each figure no limit judged, with its value and unit
 
     def add(self, outcome: Outcome, reason: str | None) -> None:
         """Adds a finding; a reason of None (nothing found) adds nothing."""
@@ -83,8 +84,18 @@ class Findings:
             if judgement.verdict is not None:
                 self.add(judgement.verdict.outcome, judgement.verdict.message)
                 self.figures.append(judgement.figure())
+            else:
+                where = ", ".join(f"{key}={value}" for key, value in judgement.context.items())
+                self.measured.append(
+                    f"{judgement.measurement} {judgement.value:.4g} {judgement.unit} (no limit"
+                    + (f"; {where})" if where else ")")
+                )
 
-    def conclusion(self) -> Conclusion:
+    def conclusion(self, only_measures: bool = False) -> Conclusion:
+        """The test's outcome and reasons; a test that `only_measures` and found nothing, its figures unjudged, is
+        MEASURED with those figures, not PASS."""
+        if only_measures and not self.items and not self.figures and self.measured:
+            return Conclusion(Outcome.MEASURED, tuple(self.measured), tuple(self.measured))
         outcomes = [outcome for outcome, _ in self.items]
         worst = min(outcomes, key=_SEVERITY.index, default=Outcome.PASS)
         reasons = tuple(reason for outcome, reason in self.items if outcome is not Outcome.PASS)
@@ -236,11 +247,12 @@ def overall_verdict(
     by_verdict: dict[Overall, list[str]] = {verdict: [] for verdict in _OVERALL_ORDER}
     for test in tests.values():
         argued = _ARGUES.get(Outcome(test["outcome"]))
-        if argued is not None:
+        if argued is not None and test["outcome"] != Outcome.NOT_RUN:
             by_verdict[argued].append(test["message"])
+    by_verdict[Overall.INCOMPLETE] += _by_cause(tests, Outcome.NOT_RUN)
     by_verdict[Overall.INCOMPLETE][:0] = [*([interruption] if interruption else []), *unmet]
     by_verdict[Overall.INVALID] += [f"the run directory was tampered with: {line}" for line in planted]
-    skips = sorted({test["message"] for test in tests.values() if test["outcome"] == Outcome.SKIPPED})
+    skips = _by_cause(tests, Outcome.SKIPPED)
     for limit in unjudged:
         why = f"; skipped: {'; '.join(skips)}" if skips else ""
         by_verdict[Overall.INCOMPLETE].append(f"{limit.title()} was never judged: no test measured it{why}")
@@ -250,6 +262,24 @@ def overall_verdict(
     reasons = [reason for verdict in _OVERALL_ORDER[:-1] for reason in by_verdict[verdict]]
     marginal = [test["message"] for test in tests.values() if test["outcome"] == Outcome.MARGINAL]
     return RunVerdict(overall, tuple(reasons + marginal))
+
+
+def _by_cause(tests: Mapping[str, Mapping[str, Any]], outcome: Outcome) -> list[str]:
+    """The messages of the tests of `outcome`, one line per cause: a cause that several tests share (an interruption
+    that kept 30 sweep cells from running, a transfer this host cannot run) once, with their count and subjects."""
+    causes: dict[str, list[str]] = {}
+    for test in tests.values():
+        if test["outcome"] == outcome:
+            subject, _, cause = test["message"].partition(f" {outcome}: ")
+            causes.setdefault(cause or test["message"], []).append(test.get("subject", subject))
+    lines = []
+    for cause, subjects in causes.items():
+        if len(subjects) == 1:
+            lines.append(f"{subjects[0]} {outcome}: {cause}")
+        else:
+            named = ", ".join(subjects) if len(subjects) <= 3 else f"{subjects[0]} and {len(subjects) - 1} more"
+            lines.append(f"{len(subjects)} tests {outcome} ({named}): {cause}")
+    return lines
 
 
 def combined_verdict(verdicts: Mapping[str, RunVerdict]) -> RunVerdict:
