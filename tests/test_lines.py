@@ -95,5 +95,5 @@ def test_an_interrupted_run_names_each_cause_once_and_skips_the_cells_this_host_
     assert reasons[0].startswith("the run was interrupted by SIGINT (Ctrl-C) during ")
     not_run = [reason for reason in reasons if "NOT_RUN" in reason]
     assert len(not_run) == 1 and not_run[0].startswith("3 tests NOT_RUN (pass 2, sweep cpu-only-8K-1, sweep ")
-    assert sum("the run was interrupted" in reason for reason in reasons) == 3  # the cause, the test it stopped, the rest
+    assert sum("the run was interrupted" in reason for reason in reasons) == 3  # cause, test it stopped, the rest
     assert not any("gpu-direct" in reason and ("NOT_RUN" in reason or "ERROR" in reason) for reason in reasons)
