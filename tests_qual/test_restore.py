@@ -3,6 +3,7 @@
 import pytest
 
 from ckptqual.limits.limits import Outcome
+from ckptqual.pytest_plugin.benchmarks import host_bound_rounds
 
 pytestmark = [pytest.mark.qualification, pytest.mark.part("restore")]
 
@@ -23,6 +24,7 @@ def test_restore(qualification, rounds_runner, benchmark, verdict):
         checkpoints=[r.checkpoint for r in results],
         bytes=total_bytes,
         throughput_GBps=throughput,
+        host_bound_rounds=host_bound_rounds(results),
         **qualification.settings.to_dict(),
     )
     for result in results:

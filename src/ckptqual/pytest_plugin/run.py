@@ -196,7 +196,7 @@ def say_fixture(request: pytest.FixtureRequest) -> Callable[[str], None]:
 @pytest.fixture
 def layout_strategy(qualification: Qualification, benchmark):
     """The Hypothesis strategy of this run's odd layouts: at most the run's ranks and its layout size. (The
-    benchmark is there for pytest_plugin/benchmarks.py, which times the layouts test as one benchmark round.)"""
+    benchmark is there for pytest_plugin/benchmarks.py, which gives it one round per judged layout.)"""
     run = qualification.settings
     return layouts(
         max_total_bytes=run.layout_max_total_bytes, max_ranks=len(run.plan.ranks), max_files=LAYOUT_MAX_FILES
