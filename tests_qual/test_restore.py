@@ -13,9 +13,10 @@ def test_restore(qualification, rounds_runner, benchmark, verdict):
     newest = qualification.newest_checkpoints(qualification.settings.restore_checkpoints)
     results = []
 
-    def restore_next() -> None:
+    def restore_next():
         checkpoint, directory = newest[len(results)]
         results.append(qualification.restore(checkpoint, directory))
+        return results[-1]  # the round's figure: its seconds are the benchmark round's
 
     rounds_runner(restore_next, lambda: None, len(newest))
     total_bytes = sum(r.bytes for r in results)

@@ -22,6 +22,7 @@ _SESSION = pytest.StashKey[pytest.Session]()
 _SAVED = pytest.StashKey[list[dict[str, Any]]]()  # the saved runs this run is compared against
 _NOW = pytest.StashKey[dict[str, dict[str, Any]]]()  # this run's extra_info by benchmark fullname
 LAYOUTS_FIXTURE = "layout_strategy"
+ROUNDS_FIXTURE = "rounds_runner"  # a test whose rounds are a pass's checkpoints or a restore's
 # Where each benchmark keeps its rate in extra_info, first match wins, and its unit.
 RATES = (("mean_checkpoint_GBps", "GB/s"), ("throughput_GBps", "GB/s"), ("GiBps", "GiB/s"), ("slowest_ratio", "ratio"))
 
@@ -177,11 +178,17 @@ LAYOUT_ROUNDS = "each judged odd layout's slowdown against its regular twin (1 /
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The odd layouts test is timed by a FigureClock (pytest-benchmark's `benchmark(timer=...)` marker)."""
+    """The tests whose benchmark rounds are figures (the odd layouts, a fill pass's and a restore's rounds) are timed
+    by a FigureClock of their own (pytest-benchmark's `benchmark(timer=...)` marker)."""
     for item in items:
-        if LAYOUTS_FIXTURE in getattr(item, "fixturenames", ()):
+        if {LAYOUTS_FIXTURE, ROUNDS_FIXTURE} & set(getattr(item, "fixturenames", ())):
             clock = item.stash[_CLOCK] = FigureClock()
             item.add_marker(pytest.mark.benchmark(timer=clock))
+
+
+def figure_clock(item: pytest.Item) -> FigureClock | None:
+    """The FigureClock that times `item`'s benchmark, if it has one."""
+    return item.stash.get(_CLOCK, None)
 
 
 def time_figures(benchmark: Any, clock: FigureClock, figures: list[float]) -> None:
@@ -197,7 +204,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     figure `ckptqual compare` judges; the ratios go into extra_info."""
     benchmark = pyfuncitem.funcargs.get("benchmark")
     clock = pyfuncitem.stash.get(_CLOCK, None)
-    if clock is None or benchmark is None or benchmark.disabled:
+    if LAYOUTS_FIXTURE not in pyfuncitem.fixturenames or clock is None or benchmark is None or benchmark.disabled:
         return None
     pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in inspect.signature(pyfuncitem.obj).parameters})
     drive = pyfuncitem.stash.get(DRIVE, None)

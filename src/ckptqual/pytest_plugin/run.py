@@ -8,12 +8,14 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Generator, Iterator
+from typing import Any
 
 import pytest
 
 from ckptqual.config.space import LAYOUT_MAX_FILES
 from ckptqual.faults import RunError
 from ckptqual.plan.strategies import layouts
+from ckptqual.pytest_plugin.benchmarks import figure_clock
 from ckptqual.pytest_plugin.drives import (
     DRIVE_ARG,
     INDEX,
@@ -204,15 +206,17 @@ def layout_strategy(qualification: Qualification, benchmark):
 
 
 @pytest.fixture
-def rounds_runner(benchmark) -> Callable[..., None]:
+def rounds_runner(benchmark, request: pytest.FixtureRequest) -> Callable[..., None]:
     """Drives rounds (a pass's checkpoints, a restore's) as pytest-benchmark rounds, or plainly when benchmarking
-    is off (pedantic would then run only one round)."""
-    if benchmark.disabled:
+    is off (pedantic would then run only one round). Each round lasts, on the test's FigureClock, the seconds of
+    what `fn` returns (a checkpoint, a restore): the figure `ckptqual compare` judges, not pytest's wall time."""
+    clock = figure_clock(request.node)
+    if benchmark.disabled or clock is None:
         return run_rounds
 
-    def run(fn: Callable[[], None], setup: Callable[[], None], rounds: int) -> None:
+    def run(fn: Callable[[], Any], setup: Callable[[], None], rounds: int) -> None:
         try:
-            benchmark.pedantic(fn, setup=setup, rounds=rounds, iterations=1, warmup_rounds=0)
+            benchmark.pedantic(lambda: clock.advance(fn().seconds), setup=setup, rounds=rounds, warmup_rounds=0)
         except StopRounds:
             benchmark.has_error = False  # ended early on purpose (--early-stop): keep the rounds that ran
 

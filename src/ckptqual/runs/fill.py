@@ -210,8 +210,9 @@ class FillCampaign:
     def run_pass(
         self, number: int, runner: Callable[..., None] | None = None, early_stop: EarlyStop | None = None
     ) -> PassResult:
-        """Writes one pass; `runner(fn, setup, rounds)` may drive the rounds (e.g. pytest-benchmark) and ends them
-        when setup raises StopRounds; `early_stop` is asked before each checkpoint after the first."""
+        """Writes one pass; `runner(fn, setup, rounds)` may drive the rounds (e.g. pytest-benchmark; `fn` returns each
+        round's checkpoint) and ends them when setup raises StopRounds; `early_stop` is asked before each checkpoint
+        after the first."""
         if self.failure:
             raise FillError(f"not run: {self.failure}", "not-run")
         result = PassResult(number, planned=self.checkpoints_per_pass, drives_at_once=self.drives_at_once)
@@ -224,9 +225,10 @@ class FillCampaign:
                 raise StopRounds(reason)
             pending.append(self._make_room())
 
-        def write() -> None:
+        def write() -> CheckpointRecord:
             removed, remove_s = pending.pop()
             result.checkpoints.append(self._write_one(number, len(result.checkpoints) + 1, removed, remove_s))
+            return result.checkpoints[-1]
 
         try:
             (runner or run_rounds)(write, setup, self.checkpoints_per_pass)
@@ -275,7 +277,7 @@ class FillCampaign:
             self.remove(directory, f"removing the partial checkpoint {checkpoint}")
 
 
-def run_rounds(fn: Callable[[], None], setup: Callable[[], None], rounds: int) -> None:
+def run_rounds(fn: Callable[[], object], setup: Callable[[], None], rounds: int) -> None:
     """Runs `rounds` rounds of `setup` then `fn`: the plain twin of pytest-benchmark's pedantic(); a setup that
     raises StopRounds ends them."""
     for _ in range(rounds):
