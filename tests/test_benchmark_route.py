@@ -1,6 +1,6 @@
 """pytest-benchmark's compare route judges the figure `ckptqual compare` judges and gives the same answer where the
 gate resolves it: a fill pass's rounds are its checkpoints' seconds (replayed here from a recorded run by
-benchmarks.time_figures, the FigureClock the odd layouts are timed by), so `--benchmark-compare-fail=mean:X%` and
+clock.time_figures, the FigureClock the odd layouts are timed by), so `--benchmark-compare-fail=mean:X%` and
 `ckptqual compare --max-regression X%` agree on a regressed, an improved and an identical pair."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import json, os
 
 import pytest
 
-from ckptqual.pytest_plugin.benchmarks import FigureClock, time_figures
+from ckptqual.pytest_plugin.clock import FigureClock, time_figures
 
 CLOCK = FigureClock()
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from ckptqual.pytest_plugin.clock import CLOCK, FigureClock, figure_clock, time_figures
 from ckptqual.pytest_plugin.options import DRIVE, resolved_runs
 
 try:
@@ -154,26 +155,11 @@ def _regression_text(name: str, why: str) -> str:
     return f"{name.split(' (')[0]} {field} +{float(value):.1f}{unit} > {float(threshold):g}{unit}"
 
 
-class FigureClock:
-    """A benchmark timer that moves only when told: a benchmark timed by it has the figures it is given as its rounds,
-    the figures the regression gate judges, not the wall time of a test whose work varies."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def host_bound_rounds(results: list[Any]) -> list[int]:
     """The rounds (0-based, in order) whose figure was host-bound: `ckptqual compare` does not judge them."""
     return [index for index, result in enumerate(results) if result.to_dict().get("host_bound")]
 
 
-_CLOCK = pytest.StashKey[FigureClock]()
 LAYOUT_ROUNDS = "each judged odd layout's slowdown against its regular twin (1 / ratio): lower is better, as a time"
 
 
@@ -182,19 +168,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     by a FigureClock of their own (pytest-benchmark's `benchmark(timer=...)` marker)."""
     for item in items:
         if {LAYOUTS_FIXTURE, ROUNDS_FIXTURE} & set(getattr(item, "fixturenames", ())):
-            clock = item.stash[_CLOCK] = FigureClock()
+            clock = item.stash[CLOCK] = FigureClock()
             item.add_marker(pytest.mark.benchmark(timer=clock))
-
-
-def figure_clock(item: pytest.Item) -> FigureClock | None:
-    """The FigureClock that times `item`'s benchmark, if it has one."""
-    return item.stash.get(_CLOCK, None)
-
-
-def time_figures(benchmark: Any, clock: FigureClock, figures: list[float]) -> None:
-    """Gives `benchmark` (timed by `clock`) one round per figure, each as long as the figure."""
-    values = iter(figures)
-    benchmark.pedantic(clock.advance, setup=lambda: ((next(values),), {}), rounds=len(figures), warmup_rounds=0)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -203,7 +178,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     regular twin (the same layouts, drawn from the same seed, in both runs), so that pytest-benchmark compares the
     figure `ckptqual compare` judges; the ratios go into extra_info."""
     benchmark = pyfuncitem.funcargs.get("benchmark")
-    clock = pyfuncitem.stash.get(_CLOCK, None)
+    clock = figure_clock(pyfuncitem)
     if LAYOUTS_FIXTURE not in pyfuncitem.fixturenames or clock is None or benchmark is None or benchmark.disabled:
         return None
     pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in inspect.signature(pyfuncitem.obj).parameters})

@@ -15,7 +15,7 @@ import pytest
 from ckptqual.config.space import LAYOUT_MAX_FILES
 from ckptqual.faults import RunError
 from ckptqual.plan.strategies import layouts
-from ckptqual.pytest_plugin.benchmarks import figure_clock
+from ckptqual.pytest_plugin.clock import figure_clock
 from ckptqual.pytest_plugin.drives import (
     DRIVE_ARG,
     INDEX,
