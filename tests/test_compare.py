@@ -70,6 +70,15 @@ def test_a_gate_of_resolved_required_metrics_is_green(capsys):
     assert out[-1].startswith("ckptqual compare: no regression: all 1 required metrics judged and resolved")
 
 
+def test_an_allowance_under_the_noise_floor_resolves_nothing_and_says_so(capsys):
+    assert main(["compare", str(FIRST), str(FIRST), "--require", "sweep", "--max-regression", "3%"]) == 3
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("sweep INCONCLUSIVE"))
+    assert (
+        "detects only ±5.0%, more than the allowed 3%; fix: no number of rounds resolves it: no band is narrower "
+        "than 5%, so give --max-regression 5% or more" in line
+    )
+
+
 def test_the_drive_files_required_parts_are_the_gates_default(tmp_path, capsys):
     data = load_run(FIRST).data
     data["settings"]["requires"] = ["sweep"]
@@ -221,6 +230,7 @@ def test_metric_selects_by_glob(capsys):
         (["--max-regression", "abc"], "max_regression 'abc': give a percentage from 0 to under 100, e.g. 5%"),
         (["--max-regression", "150%"], "max_regression '150%': give a percentage from 0 to under 100, e.g. 5%"),
         (["--metric", "nosuch*"], "metric pattern 'nosuch*': matches no metric of either run; known: raw_write, "),
+        (["--require", "nosuch*"], "metric pattern 'nosuch*': matches no metric of either run; known: raw_write, "),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, error, capsys):

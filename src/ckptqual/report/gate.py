@@ -60,6 +60,8 @@ def matching(names: Sequence[str], pattern: str) -> list[str]:
 
 def fix_for(name: str, have: int, needed: int | None, allowed: float, settings: Mapping[str, Any]) -> str:
     """How many rounds would resolve metric `name` (it has `have` per run), as the setting to change."""
+    if name.startswith("sweep."):
+        return "a sweep cell is one round, its band does not narrow: require the sweep as a whole (--require sweep)"
     if needed is None:
         if allowed < NOISE_FLOOR:
             return (
@@ -82,8 +84,6 @@ def fix_for(name: str, have: int, needed: int | None, allowed: float, settings: 
             f"{needed} measured sweep cells would resolve it (has {have}): rerun both with more block sizes or thread "
             "counts (--sweep-block-sizes, --sweep-threads)"
         )
-    if name.startswith("sweep."):
-        return "a sweep cell is one round, its band does not narrow: require the sweep as a whole (--require sweep)"
     return f"{needed} rounds would resolve it (has {have}; the raw baseline's rounds are not a setting)"
 
 
