@@ -163,7 +163,7 @@ def test_pytest_benchmark_is_off_under_xdist_and_ckptqual_compare_takes_the_driv
         str(out / "qual.beta_1.json"),
     ]
     done = subprocess.run(compare, capture_output=True, text=True, timeout=120)
-    assert done.returncode in (0, 1), done.stderr  # 1: a regression between the two drives, also an answer
+    assert done.returncode in (0, 1, 3), done.stderr  # 1: a regression between the drives, 3: inconclusive
     assert re.search(r"pass1 .*pass2 .*restore", " ".join(done.stdout.split())), done.stdout
 
 
