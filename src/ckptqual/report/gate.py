@@ -45,13 +45,19 @@ def required_metrics(records: Sequence[Mapping[str, Any]], given: Sequence[str] 
     the first record ran."""
     if given:
         return [Required(pattern, "--require") for pattern in given]
-    stated = next((data["settings"]["requires"] for data in records if "requires" in data.get("settings", {})), None)
+    stated = next((parts for data in records if (parts := _parts(data.get("settings", {}), "requires"))), None)
     if stated is not None:
         origin, parts = "the drive file's [verdict] requires", stated
     else:
-        settings = records[0].get("settings", {}) if records else {}
-        origin, parts = "every part run: the record names no requires", settings.get("parts", list(PART_METRICS))
+        ran = _parts(records[0].get("settings", {}), "parts") if records else None
+        origin, parts = "every part run: the record names no requires", ran or list(PART_METRICS)
     return [Required(pattern, f"part {part}, {origin}") for part in parts for pattern in PART_METRICS.get(part, ())]
+
+
+def _parts(settings: Any, key: str) -> list[str] | None:
+    """The part names a record's settings list under `key`; None where it lists none (absent, or not a list)."""
+    value = settings.get(key) if isinstance(settings, Mapping) else None
+    return [part for part in value if isinstance(part, str)] or None if isinstance(value, list) else None
 
 
 def matching(names: Sequence[str], pattern: str) -> list[str]:
