@@ -8,20 +8,33 @@ from typing import Any
 
 RELATIVE = "relative limits only"
 STEADY = "steady state not reached (not required by this drive file)"
-HOST = "host-bound figures kept: each met its minimum"
+HOST = "host-bound figures kept, each met its minimum: "  # then the figures it means
+
+
+def kept_figures(data: dict[str, Any]) -> list[str]:
+    """The judged figures of the run that were host-bound and still passed their limit, as the basis names them."""
+    named = []
+    for m in data["measurements"]:
+        if m.get("host_bound") and m.get("limit_number") is not None and m["outcome"] in ("PASS", "MARGINAL"):
+            context = ", ".join(f"{key} {value}" for key, value in m.get("context", {}).items())
+            named.append(m["measurement"] + (f" ({context})" if context else ""))
+    return list(dict.fromkeys(named))
 
 
 def host_bound_kept(data: dict[str, Any]) -> bool:
     """Whether some judged figure of the run was host-bound and still passed its limit."""
-    return any(
-        m.get("host_bound") and m.get("limit_number") is not None and m["outcome"] in ("PASS", "MARGINAL")
-        for m in data["measurements"]
-    )
+    return bool(kept_figures(data))
+
+
+def host_phrase(data: dict[str, Any]) -> list[str]:
+    """The basis's host-bound phrase of the run, naming its figures; none where no such figure was kept."""
+    return [HOST + ", ".join(kept_figures(data))] if host_bound_kept(data) else []
 
 
 def qualified(data: dict[str, Any], *phrases: str) -> dict[str, Any]:
-    """The QUALIFIED verdict of `data` with `phrases` (RELATIVE, STEADY) and HOST where the record shows it."""
-    return {"overall": "QUALIFIED", "reasons": [], "basis": [*phrases, *([HOST] if host_bound_kept(data) else [])]}
+    """The QUALIFIED verdict of `data` with `phrases` (RELATIVE, STEADY) and the host phrase where the record shows
+    it."""
+    return {"overall": "QUALIFIED", "reasons": [], "basis": [*phrases, *host_phrase(data)]}
 
 
 def line(verdict: dict[str, Any]) -> str:

@@ -69,7 +69,9 @@ def test_a_qualified_run_that_was_not_steady_says_what_the_verdict_rests_on_unde
         # a file written before the basis was recorded: computed from the record, so NOT STEADY never stands alone
         # every limit of drive-a is relative: to a raw baseline, or a layout against its regular twin
         ("older", data, "relative limits only; steady state not reached (not required by this drive file); "
-                        "host-bound figures kept: each met its minimum"),
+                        "host-bound figures kept, each met its minimum: fill_throughput (pass 1, state fresh), "
+                        "fill_throughput (pass 2, state steady), fill_throughput (pass 3, state steady), "
+                        "restore_throughput"),
     ):  # fmt: skip
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(run_data))

@@ -17,7 +17,14 @@ from ckptqual.limits.limits import Limit
 from ckptqual.limits.verdict import overall_verdict, unjudged_limits
 from ckptqual.plan.workloads import load_workload
 from ckptqual.report.extract import ResultsError, Run
-from ckptqual.report.mlperf import checkpoint_metrics, mean_over_runs, mlperf_metrics, phase_metrics, runs_lines
+from ckptqual.report.mlperf import (
+    checkpoint_metrics,
+    mean_over_runs,
+    mlperf_lines,
+    mlperf_metrics,
+    phase_metrics,
+    runs_lines,
+)
 from suite_runs import junit_cases, results, run_suite
 
 # DLIO's formulas, written out here from its source as it stands at argonne-lcf/dlio_benchmark commit
@@ -181,6 +188,14 @@ def test_each_phase_gives_its_checkpoints_and_their_means():
     assert repeated["write"]["runs"] == 2 and repeated["read"]["runs"] == 1
     assert repeated["write"]["duration_mean_s"] == pytest.approx(3.0)
     assert repeated["read"]["duration_mean_s"] == pytest.approx(1.0)
+
+
+def test_the_summarys_throughput_says_it_is_one_ranks():
+    """Beside a fill of several ranks, a per-rank rate read as the checkpoint's would look like a collapse."""
+    lines = mlperf_lines(mlperf_metrics({"checkpoints": [{"checkpoint": 0, "ranks": RANKS}], "restore": []}))
+    write = next(line for line in lines if line.strip().startswith("write:"))
+    assert write.endswith("throughput mean 2e-08 GB/s (1.863e-08 GiB/s) per rank (each checkpoint's slowest rank, "
+                          "MLPerf's minimum across ranks)")  # fmt: skip
 
 
 def test_runs_of_different_setups_are_not_averaged(tmp_path):

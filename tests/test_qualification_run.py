@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from expected_basis import HOST, RELATIVE, STEADY, line, qualified
+from expected_basis import RELATIVE, STEADY, host_phrase, line, qualified
 from suite_runs import REPO, SMALL, junit_cases, lenient_drive, results, run_suite, skip_if_host_limited, suite_command
 
 
@@ -265,7 +265,7 @@ def test_the_built_in_drive_file_rests_on_relative_limits_only_in_every_report(t
     done = run_suite(*SMALL, "--drive", "local", "--target", str(target), *reports, "--report-dir", str(tmp_path / "h"))
     data = results(tmp_path / "r.json")
     basis = data["verdict"]["basis"]
-    assert basis[:2] == [RELATIVE, STEADY] and basis[2:] in ([], [HOST])  # local.toml; 2 passes of 2 checkpoints
+    assert basis[:2] == [RELATIVE, STEADY] and basis[2:] == host_phrase(data)  # local.toml; 2 passes of 2 checkpoints
     last = done.stdout.rstrip().splitlines()[-1]
     assert last.startswith(f"ckptqual verdict: {data['verdict']['overall']} ({'; '.join(basis)})")
     assert last.startswith("ckptqual verdict: INCOMPLETE (relative limits only; steady state not reached (not ")
@@ -279,25 +279,18 @@ def test_the_built_in_drive_file_rests_on_relative_limits_only_in_every_report(t
     assert again.stdout.rstrip().splitlines()[-1] == last
 
 
-def test_a_drive_file_that_requires_steady_state_fails_a_run_that_cannot_show_it(tmp_path):
+def test_a_drive_file_that_requires_steady_state_refuses_a_run_that_cannot_show_it(tmp_path):
+    """One pass has no steady-state checkpoints: the run could only end NOT QUALIFIED, so it is refused before any
+    I/O (exit 4), naming the fix; two passes of 5 checkpoints would do."""
     strict = lenient_drive(tmp_path / "steady.toml", "steady drive")
     strict.write_text(strict.read_text().replace("[run]\n", "[run]\nrequire_steady_state = true\n", 1))
+    target = tmp_path / "target"
+    target.mkdir()
     result = run_suite(
-        "--workload",
-        "llama3-8b",
-        "--scale",
-        "0.0001",
-        "--passes",
-        "1",
-        "--checkpoints-per-pass",
-        "1",
-        "--drive",
-        str(strict),
-        "--junitxml",
-        str(tmp_path / "q.xml"),
+        *("--workload", "llama3-8b", "--scale", "0.0001", "--passes", "1", "--checkpoints-per-pass", "1"),
+        *("--drive", str(strict), "--target", str(target), "--junitxml", str(tmp_path / "q.xml")),
     )
-    assert result.returncode == 1
-    failure = next(ElementTree.parse(tmp_path / "q.xml").iter("failure")).get("message")
-    assert (
-        "pass 1 NOT_STEADY: SNIA steady state, required by the drive file: a single pass has no steady-state" in failure
-    )
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
+    error = next(line for line in result.stderr.splitlines() if line.startswith("ERROR: "))
+    assert "the SNIA rule needs 5 steady-state checkpoints (passes 2 and later), but --passes 1" in error
+    assert error.endswith("writes 0; use --passes 2 or more") and list(target.iterdir()) == []

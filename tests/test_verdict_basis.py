@@ -15,15 +15,16 @@ from ckptqual.limits.verdict import (
 
 RELATIVE = "relative limits only"
 STEADY = "steady state not reached (not required by this drive file)"
-HOST = "host-bound figures kept: each met its minimum"
+HOST = "host-bound figures kept, each met its minimum: fill_throughput (pass 2)"
 RELATIVE_LIMIT = Limit("fill_throughput", "ratio", "test", min=0.05, relative_to="raw_write", number=1)
 ABSOLUTE_LIMIT = Limit("fill_throughput", "GB/s", "test", min=0.8, number=2)
 REACHED = {"2": {"reached": False}, "5": {"reached": True}}
 NOT_REACHED = {"2": {"reached": False}}
 
 
-def measured(number: int, outcome: str = "PASS", host_bound: str | None = None) -> dict:
-    return {"measurement": "fill_throughput", "limit_number": number, "outcome": outcome, "host_bound": host_bound}
+def measured(number: int, outcome: str = "PASS", host_bound: str | None = None, at: int = 2) -> dict:
+    return {"measurement": "fill_throughput", "limit_number": number, "outcome": outcome, "host_bound": host_bound,
+            "context": {"pass": at}}  # fmt: skip
 
 
 def basis(measurements, steady=REACHED, passes=5, required=False, limits=(RELATIVE_LIMIT, ABSOLUTE_LIMIT)):
@@ -71,6 +72,13 @@ def test_every_phrase_in_the_spec_order():
     assert basis([measured(1, "PASS", "host-bound: ...")], steady=NOT_REACHED) == (RELATIVE, STEADY, HOST)
 
 
+def test_the_basis_names_only_the_host_bound_figures_that_met_their_minimum():
+    """A host-bound figure that failed stands beside one that passed: the basis names the one it means, not both."""
+    judged = [measured(2, "PASS", "host-bound: ...", at=2), measured(2, "FAIL", "host-bound: ...", at=3)]
+    assert basis(judged) == ("host-bound figures kept, each met its minimum: fill_throughput (pass 2)",)
+    assert basis([measured(2, "FAIL", "host-bound: ...", at=3)]) == ()
+
+
 def test_the_verdict_line_carries_the_basis_before_the_reasons():
     assert RunVerdict(Overall.QUALIFIED, (), (RELATIVE, STEADY)).line() == (
         "ckptqual verdict: QUALIFIED (relative limits only; steady state not reached (not required by this drive file))"
@@ -92,6 +100,8 @@ def test_several_drives_rest_on_relative_limits_only_where_every_drive_does():
     one = RunVerdict(Overall.QUALIFIED, (), (RELATIVE, HOST))
     other = RunVerdict(Overall.QUALIFIED, (), (STEADY,))
     assert combined_verdict({"a": one, "b": other}).basis == (STEADY, HOST)
+    third = RunVerdict(Overall.QUALIFIED, (), ("host-bound figures kept, each met its minimum: restore_throughput",))
+    assert combined_verdict({"a": one, "c": third}).basis == (HOST, third.basis[0])
     assert combined_verdict({"a": one, "b": one}).basis == (RELATIVE, HOST)
 
 

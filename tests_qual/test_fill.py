@@ -3,6 +3,7 @@
 import pytest
 
 from ckptqual.limits.limits import Outcome
+from ckptqual.pytest_plugin.benchmarks import host_bound_rounds
 from ckptqual.runs.qualification import fill_measurements
 
 pytestmark = [pytest.mark.qualification, pytest.mark.part("fill")]
@@ -18,6 +19,8 @@ def test_fill_pass(fill_pass, qualification, rounds_runner, benchmark, verdict, 
         throughput_GBps=result.throughput_GBps,
         mean_checkpoint_GBps=result.mean_checkpoint_GBps,
         checkpoint_seconds=[c.seconds for c in result.checkpoints],
+        host_bound=result.host_bound_reason(),
+        host_bound_rounds=host_bound_rounds(result.checkpoints),
         **qualification.settings.to_dict(),
     )
     verdict.add(Outcome.INVALID, result.invalid_reason())

@@ -3,6 +3,7 @@
 import pytest
 
 from ckptqual.limits.limits import Outcome
+from ckptqual.pytest_plugin.benchmarks import host_bound_rounds
 
 pytestmark = [pytest.mark.qualification, pytest.mark.part("restore")]
 
@@ -12,9 +13,10 @@ def test_restore(qualification, rounds_runner, benchmark, verdict):
     newest = qualification.newest_checkpoints(qualification.settings.restore_checkpoints)
     results = []
 
-    def restore_next() -> None:
+    def restore_next():
         checkpoint, directory = newest[len(results)]
         results.append(qualification.restore(checkpoint, directory))
+        return results[-1]  # the round's figure: its seconds are the benchmark round's
 
     rounds_runner(restore_next, lambda: None, len(newest))
     total_bytes = sum(r.bytes for r in results)
@@ -23,6 +25,7 @@ def test_restore(qualification, rounds_runner, benchmark, verdict):
         checkpoints=[r.checkpoint for r in results],
         bytes=total_bytes,
         throughput_GBps=throughput,
+        host_bound_rounds=host_bound_rounds(results),
         **qualification.settings.to_dict(),
     )
     for result in results:

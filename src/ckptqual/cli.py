@@ -12,6 +12,7 @@ from itertools import groupby
 from pathlib import Path
 
 from ckptqual.config.outputs import check_report_dir, check_report_inputs
+from ckptqual.config.run_settings import scaled_plan
 from ckptqual.config.table import add_options, setting
 from ckptqual.config.values import SettingsError
 from ckptqual.faults import os_error_line
@@ -68,9 +69,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     row = setting("scale")
     scale = row.from_command_line(args.scale if args.scale is not None else row.default)
     workload = load_workload(args.workload)
-    plan = workload.plan()
-    if scale != 1:
-        plan = plan.scaled(scale)
+    plan = (
+        scaled_plan(workload, scale, "command line" if args.scale is not None else "default")
+        if scale != 1
+        else workload.plan()
+    )
     plan = formatted_plan(plan, workload.format or DEFAULT_FORMAT)  # the files the workload's format writes
     lines = [json.dumps(plan.to_dict(), indent=2)] if args.json else printable_lines(format_plan(plan).splitlines())
     print(*lines, sep="\n")
@@ -196,12 +199,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """`ckptqual compare BASE.json NEW.json`: 1 when a metric regressed beyond its noise band and the allowance."""
+    """`ckptqual compare BASE.json NEW.json`: 0 when every required metric was judged and resolved and none regressed,
+    1 when a metric regressed beyond its noise band and the allowance, 3 when a required metric was not judged or not
+    resolved (report.gate)."""
     allowed = parse_percentage(args.max_regression)
     base, new = _labelled_runs([args.base, args.new], args.label)
-    changes, lines = compare_runs(base, new, allowed, args.metric)
-    print(*printable_lines(lines), sep="\n")
-    return 1 if any(change.regressed for change in changes) else 0
+    comparison = compare_runs(base, new, allowed, args.metric, args.require)
+    print(*printable_lines(comparison.lines), sep="\n")
+    return comparison.exit_code
 
 
 def cmd_mlperf(args: argparse.Namespace) -> int:
@@ -249,7 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--label", action="append", metavar="LABEL=FILE", help=_LABEL_HELP)
     report.set_defaults(func=cmd_report)
     compare = commands.add_parser(
-        "compare", help="compare two results files; exit 1 when a metric regressed beyond its noise band"
+        "compare",
+        help="compare two results files; exit 1 when a metric regressed beyond its noise band, 3 when a required "
+        "metric was not judged or not resolved",
     )
     compare.add_argument("base", help="the results file of the reference run (e.g. the old firmware)")
     compare.add_argument("new", help="the results file of the run under test")
@@ -258,6 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument(
         "--metric", action="append", help="compare only metrics matching this glob, e.g. 'pass*' (repeatable)"
+    )
+    compare.add_argument(
+        "--require",
+        action="append",
+        metavar="GLOB",
+        help="metrics the gate must judge and resolve, e.g. 'steady' (repeatable); default: those of the parts the "
+        "drive file's [verdict] requires",
     )
     compare.add_argument("--label", action="append", metavar="LABEL=FILE", help=_LABEL_HELP)
     compare.set_defaults(func=cmd_compare)

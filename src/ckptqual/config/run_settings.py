@@ -24,6 +24,7 @@ from ckptqual.host.manifest import FILE_LIST, TEMP_INFIX
 from ckptqual.host.target import check_target
 from ckptqual.io.readers.base import ALIGN_BYTES
 from ckptqual.limits.limits import MIN_JUDGED_BYTES
+from ckptqual.limits.steady import WINDOW as STEADY_WINDOW
 from ckptqual.limits.units import format_size
 from ckptqual.plan.footprint import checkpoints_for_fraction
 from ckptqual.plan.formats import checkpoint_engine, formatted_plan
@@ -125,6 +126,7 @@ class RunSettings:
             **{name: str(value) if isinstance(value, Path) else value for name, value in self.values.items()},
             "drive": self.thresholds.drive.name,
             "thresholds_file": str(self.thresholds.path),
+            "requires": list(self.thresholds.requires),
             "workload": self.plan.workload,
             "sources": dict(self.sources),
             "fsync": True,
@@ -141,10 +143,11 @@ def resolve_settings(options: Mapping[str, Any], table: Iterable[Setting] = SETT
     workload = _workload(values["workload"])
     if sources["format"] == DEFAULT and workload.format is not None:
         values["format"], sources["format"] = workload.format, f"workload {workload.name}"
-    plan = _formatted(_scaled_plan(workload, values["scale"], sources["scale"]), values, sources)
+    plan = _formatted(scaled_plan(workload, values["scale"], sources["scale"]), values, sources)
     _check_restore_layout(workload, values)
     _check_target_and_outputs(values)
     values["checkpoints_per_pass"], sources["checkpoints_per_pass"] = _checkpoints_per_pass(values, sources, plan)
+    _check_steady_rounds(values, sources)
     _check_host(plan, values)
     values["seed"] = values["seed"] if values["seed"] is not None else int.from_bytes(os.urandom(4), "little")
     values["memory_budget_bytes"] = values["memory_budget_bytes"] or default_memory_budget()
@@ -203,7 +206,7 @@ def minimum_scale(full: CheckpointPlan) -> float:
     return float(f"{math.ceil(needed / full.total_bytes / step) * step:.2g}")
 
 
-def _scaled_plan(workload: Workload, scale: float, source: str) -> CheckpointPlan:
+def scaled_plan(workload: Workload, scale: float, source: str) -> CheckpointPlan:
     """The workload's plan at `scale`, refused where its files would shrink below a block: nothing could be timed."""
     full = workload.plan()
     smallest = minimum_scale(full)
@@ -261,6 +264,26 @@ def _checkpoints_per_pass(values: Mapping[str, Any], sources: Mapping[str, str],
             f"restore at most that many"
         )
     return count, source
+
+
+def _check_steady_rounds(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """A run that must reach the steady state writes at least the SNIA rule's window of steady-state checkpoints
+    (passes 2 and later); fewer can only end NOT QUALIFIED, so the run is refused with the count that would do."""
+    if not values["require_steady_state"]:
+        return
+    per_pass, steady_passes = values["checkpoints_per_pass"], values["passes"] - 1
+    if steady_passes * per_pass >= STEADY_WINDOW:
+        return
+    fix = (
+        f"use --checkpoints-per-pass {math.ceil(STEADY_WINDOW / steady_passes)} or more"
+        if steady_passes
+        else "use --passes 2 or more"
+    )
+    raise SettingsError(
+        f"require_steady_state = true ({sources['require_steady_state']}): the SNIA rule needs {STEADY_WINDOW} "
+        f"steady-state checkpoints (passes 2 and later), but --passes {values['passes']} with --checkpoints-per-pass "
+        f"{per_pass} ({sources['checkpoints_per_pass']}) writes {steady_passes * per_pass}; {fix}"
+    )
 
 
 def _check_host(plan: CheckpointPlan, values: Mapping[str, Any]) -> None:

@@ -30,7 +30,8 @@ MIN_JUDGED_BYTES = 16 << 20
 class Outcome(StrEnum):
     """The outcome of a check or of a whole test. A limit gives PASS, MARGINAL or FAIL; the rest come from the
     suite: NOT_STEADY (SNIA rule not met), INVALID (the figure measured the host, not the drive), and for a test
-    that did not conclude: ERROR (it broke), SKIPPED, NOT_RUN (an earlier failure), INTERRUPTED."""
+    that did not conclude: ERROR (it broke), SKIPPED, NOT_RUN (an earlier failure), INTERRUPTED; and MEASURED for a
+    test that only measures, where no limit judged its figures."""
 
     PASS = "PASS"
     MARGINAL = "MARGINAL"
@@ -41,6 +42,7 @@ class Outcome(StrEnum):
     SKIPPED = "SKIPPED"
     NOT_RUN = "NOT_RUN"
     INTERRUPTED = "INTERRUPTED"
+    MEASURED = "MEASURED"  # a test of figures no limit judges (a sweep cell without a limit): it found nothing wrong
 
 
 Scalar = str | int | float

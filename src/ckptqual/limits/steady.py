@@ -6,6 +6,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+WINDOW = 5  # the rounds the rule looks at: a run that must reach the steady state needs at least this many
+
 
 @dataclass(frozen=True)
 class SteadyState:
@@ -29,7 +31,7 @@ def slope(values: Sequence[float]) -> float:
 
 def steady_state(
     values: Sequence[float],
-    window: int = 5,
+    window: int = WINDOW,
     max_range_fraction: float = 0.20,
     max_slope_excursion_fraction: float = 0.10,
 ) -> SteadyState:

@@ -73,6 +73,7 @@ class Findings:
 
     items: list[tuple[Outcome, str]] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)
+    measured: list[str] = field(default_factory=list)  # each figure no limit judged, with its value and unit
 
     def add(self, outcome: Outcome, reason: str | None) -> None:
         """Adds a finding; a reason of None (nothing found) adds nothing."""
@@ -84,8 +85,18 @@ class Findings:
             if judgement.verdict is not None:
                 self.add(judgement.verdict.outcome, judgement.verdict.message)
                 self.figures.append(judgement.figure())
+            else:
+                where = ", ".join(f"{key}={value}" for key, value in judgement.context.items())
+                self.measured.append(
+                    f"{judgement.measurement} {judgement.value:.4g} {judgement.unit} (no limit"
+                    + (f"; {where})" if where else ")")
+                )
 
-    def conclusion(self) -> Conclusion:
+    def conclusion(self, only_measures: bool = False) -> Conclusion:
+        """The test's outcome and reasons; a test that `only_measures` and found nothing, its figures unjudged, is
+        MEASURED with those figures, not PASS."""
+        if only_measures and not self.items and not self.figures and self.measured:
+            return Conclusion(Outcome.MEASURED, tuple(self.measured), tuple(self.measured))
         outcomes = [outcome for outcome, _ in self.items]
         worst = min(outcomes, key=_SEVERITY.index, default=Outcome.PASS)
         reasons = tuple(reason for outcome, reason in self.items if outcome is not Outcome.PASS)
@@ -155,8 +166,9 @@ def _subjects(subjects: list[str | None]) -> str:
 # What a verdict rests on (its basis), in this order, each only where it applies.
 RELATIVE_ONLY = "relative limits only"
 STEADY_NOT_REQUIRED = "steady state not reached (not required by this drive file)"
-HOST_BOUND_KEPT = "host-bound figures kept: each met its minimum"
-BASIS_ORDER = (RELATIVE_ONLY, STEADY_NOT_REQUIRED, HOST_BOUND_KEPT)
+HOST_BOUND_KEPT = "host-bound figures kept, each met its minimum"  # then ": " and the figures it means
+UNCOUNTED = "device bytes not counted"
+BASIS_ORDER = (RELATIVE_ONLY, STEADY_NOT_REQUIRED, HOST_BOUND_KEPT, UNCOUNTED)
 _KEPT = (Outcome.PASS, Outcome.MARGINAL)
 
 
@@ -176,15 +188,26 @@ def verdict_basis(
     judged = [m for m in measurements if m.get("limit_number") is not None and m.get("outcome") != "MEASURED"]
     kinds = [relative[m["limit_number"]] for m in judged if m["limit_number"] in relative]
     last = steady_states[max(steady_states, key=int)] if steady_states else None
+    kept = list(dict.fromkeys(figure_name(m) for m in judged if m.get("host_bound") and m.get("outcome") in _KEPT))
     applies = {
         RELATIVE_ONLY: bool(kinds) and all(kinds),
         STEADY_NOT_REQUIRED: fill_passes > 0 and not require_steady_state and not (last and last.get("reached")),
-        HOST_BOUND_KEPT: any(m.get("host_bound") and m.get("outcome") in _KEPT for m in judged),
+        HOST_BOUND_KEPT: bool(kept),
+        UNCOUNTED: bool(uncounted),
     }
-    return tuple(phrase for phrase in BASIS_ORDER if applies[phrase]) + ((uncounted,) if uncounted else ())
+    named = {HOST_BOUND_KEPT: f"{HOST_BOUND_KEPT}: {', '.join(kept)}", UNCOUNTED: uncounted}
+    return tuple(named.get(phrase) or phrase for phrase in BASIS_ORDER if applies[phrase])
 
 
-UNCOUNTED = "device bytes not counted"
+def figure_name(measurement: Mapping[str, Any]) -> str:
+    """A judged figure as the basis names it: 'fill_throughput (pass 2, state steady)'."""
+    context = ", ".join(f"{key} {value}" for key, value in measurement.get("context", {}).items())
+    return f"{measurement['measurement']}" + (f" ({context})" if context else "")
+
+
+def _basis_rank(phrase: str) -> int:
+    """Where `phrase` stands in BASIS_ORDER (a named phrase by the words it starts with)."""
+    return next(index for index, start in enumerate(BASIS_ORDER) if phrase.startswith(start))
 
 
 def uncounted_basis(regions: Iterable[tuple[str, Mapping[str, Any] | None]]) -> str | None:
@@ -246,11 +269,12 @@ def overall_verdict(
     by_verdict: dict[Overall, list[str]] = {verdict: [] for verdict in _OVERALL_ORDER}
     for test in tests.values():
         argued = _ARGUES.get(Outcome(test["outcome"]))
-        if argued is not None:
+        if argued is not None and test["outcome"] != Outcome.NOT_RUN:
             by_verdict[argued].append(test["message"])
+    by_verdict[Overall.INCOMPLETE] += _by_cause(tests, Outcome.NOT_RUN)
     by_verdict[Overall.INCOMPLETE][:0] = [*([interruption] if interruption else []), *unmet]
     by_verdict[Overall.INVALID] += [f"the run directory was tampered with: {line}" for line in planted]
-    skips = sorted({test["message"] for test in tests.values() if test["outcome"] == Outcome.SKIPPED})
+    skips = _by_cause(tests, Outcome.SKIPPED)
     for limit in unjudged:
         why = f"; skipped: {'; '.join(skips)}" if skips else ""
         by_verdict[Overall.INCOMPLETE].append(f"{limit.title()} was never judged: no test measured it{why}")
@@ -260,6 +284,24 @@ def overall_verdict(
     reasons = [reason for verdict in _OVERALL_ORDER[:-1] for reason in by_verdict[verdict]]
     marginal = [test["message"] for test in tests.values() if test["outcome"] == Outcome.MARGINAL]
     return RunVerdict(overall, tuple(reasons + marginal))
+
+
+def _by_cause(tests: Mapping[str, Mapping[str, Any]], outcome: Outcome) -> list[str]:
+    """The messages of the tests of `outcome`, one line per cause: a cause that several tests share (an interruption
+    that kept 30 sweep cells from running, a transfer this host cannot run) once, with their count and subjects."""
+    causes: dict[str, list[str]] = {}
+    for test in tests.values():
+        if test["outcome"] == outcome:
+            subject, _, cause = test["message"].partition(f" {outcome}: ")
+            causes.setdefault(cause or test["message"], []).append(test.get("subject", subject))
+    lines = []
+    for cause, subjects in causes.items():
+        if len(subjects) == 1:
+            lines.append(f"{subjects[0]} {outcome}: {cause}")
+        else:
+            named = ", ".join(subjects) if len(subjects) <= 3 else f"{subjects[0]} and {len(subjects) - 1} more"
+            lines.append(f"{len(subjects)} tests {outcome} ({named}): {cause}")
+    return lines
 
 
 def combined_verdict(verdicts: Mapping[str, RunVerdict]) -> RunVerdict:
@@ -274,5 +316,6 @@ def combined_verdict(verdicts: Mapping[str, RunVerdict]) -> RunVerdict:
     )
     bases = [set(verdict.basis) for verdict in verdicts.values()]
     every, some = set.intersection(*bases) if bases else set(), set().union(*bases)
-    basis = tuple(phrase for phrase in BASIS_ORDER if phrase in (every if phrase == RELATIVE_ONLY else some))
+    kept = sorted((p for p in some if p != RELATIVE_ONLY or p in every), key=lambda p: (_basis_rank(p), p))
+    basis = tuple(dict.fromkeys(kept))
     return RunVerdict(worst or Overall.INCOMPLETE, reasons or (() if worst else ("no drive was qualified",)), basis)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from ckptqual.pytest_plugin.clock import CLOCK, FigureClock, figure_clock, time_figures
 from ckptqual.pytest_plugin.options import DRIVE, resolved_runs
 
 try:
@@ -22,6 +23,7 @@ _SESSION = pytest.StashKey[pytest.Session]()
 _SAVED = pytest.StashKey[list[dict[str, Any]]]()  # the saved runs this run is compared against
 _NOW = pytest.StashKey[dict[str, dict[str, Any]]]()  # this run's extra_info by benchmark fullname
 LAYOUTS_FIXTURE = "layout_strategy"
+ROUNDS_FIXTURE = "rounds_runner"  # a test whose rounds are a pass's checkpoints or a restore's
 # Where each benchmark keeps its rate in extra_info, first match wins, and its unit.
 RATES = (("mean_checkpoint_GBps", "GB/s"), ("throughput_GBps", "GB/s"), ("GiBps", "GiB/s"), ("slowest_ratio", "ratio"))
 
@@ -158,23 +160,43 @@ def _regression_text(name: str, why: str) -> str:
     return f"{name.split(' (')[0]} {field} +{float(value):.1f}{unit} > {float(threshold):g}{unit}"
 
 
+def host_bound_rounds(results: list[Any]) -> list[int]:
+    """The rounds (0-based, in order) whose figure was host-bound: `ckptqual compare` does not judge them."""
+    return [index for index, result in enumerate(results) if result.to_dict().get("host_bound")]
+
+
+LAYOUT_ROUNDS = "each judged odd layout's slowdown against its regular twin (1 / ratio): lower is better, as a time"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests whose benchmark rounds are figures (the odd layouts, a fill pass's and a restore's rounds) are timed
+    by a FigureClock of their own (pytest-benchmark's `benchmark(timer=...)` marker)."""
+    for item in items:
+        if {LAYOUTS_FIXTURE, ROUNDS_FIXTURE} & set(getattr(item, "fixturenames", ())):
+            clock = item.stash[CLOCK] = FigureClock()
+            item.add_marker(pytest.mark.benchmark(timer=clock))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """Times the odd layouts test as one pytest-benchmark round (the same layouts, drawn from the same seed, in
-    both runs), so a comparison covers them too; their ratios go into extra_info."""
+    """Runs the odd layouts test, then gives its benchmark one round per judged layout, its slowdown against its
+    regular twin (the same layouts, drawn from the same seed, in both runs), so that pytest-benchmark compares the
+    figure `ckptqual compare` judges; the ratios go into extra_info."""
     benchmark = pyfuncitem.funcargs.get("benchmark")
-    if LAYOUTS_FIXTURE not in pyfuncitem.fixturenames or benchmark is None or benchmark.disabled:
+    clock = figure_clock(pyfuncitem)
+    if LAYOUTS_FIXTURE not in pyfuncitem.fixturenames or clock is None or benchmark is None or benchmark.disabled:
         return None
-    arguments = {name: pyfuncitem.funcargs[name] for name in inspect.signature(pyfuncitem.obj).parameters}
-    benchmark.pedantic(pyfuncitem.obj, kwargs=arguments, rounds=1, iterations=1, warmup_rounds=0)
+    pyfuncitem.obj(**{name: pyfuncitem.funcargs[name] for name in inspect.signature(pyfuncitem.obj).parameters})
     drive = pyfuncitem.stash.get(DRIVE, None)
     record = drive.record if drive is not None else None
     judged = [layout for layout in (record.data.get("layouts", []) if record else []) if layout.get("judged")]
     if judged:
         benchmark.extra_info.update(
+            rounds=LAYOUT_ROUNDS,
             slowest_ratio=min(layout["ratio"] for layout in judged),
             ratios=[layout["ratio"] for layout in judged],
             odd_GBps=[layout["odd_GBps"] for layout in judged],
             examples=[layout["example"] for layout in judged],
         )
+        time_figures(benchmark, clock, [1 / layout["ratio"] for layout in judged if layout["ratio"] > 0])
     return True

@@ -65,8 +65,9 @@ class TestVerdict:
         """A finding of the suite's own (INVALID, NOT_STEADY, FAIL); None adds nothing."""
         self.findings.add(outcome, reason)
 
-    def conclude(self) -> Conclusion:
-        conclusion = self.findings.conclusion()
+    def conclude(self, only_measures: bool = False) -> Conclusion:
+        """The test's conclusion (Findings.conclusion); a failing one fails the test in one line."""
+        conclusion = self.findings.conclusion(only_measures)
         self.item.stash[_CONCLUSION] = conclusion
         self.record_property("ckptqual.outcome", str(conclusion.outcome))
         message = printable(conclusion.message(self.item.stash.get(SUBJECT, self.item.name)))

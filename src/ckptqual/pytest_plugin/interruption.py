@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ckptqual.host import gpu
 from ckptqual.limits.limits import Outcome
 from ckptqual.pytest_plugin.junit import LINE_PROPERTY, report_case
 from ckptqual.pytest_plugin.options import DRIVE, DriveRun
@@ -56,9 +57,20 @@ def report_unfinished(session: pytest.Session, run: DriveRun, interruption: str)
         if item.nodeid in record.data["tests"] and (item.nodeid != running or done):
             continue
         subject = item.stash.get(SUBJECT, item.name)
+        skipped = None if item.nodeid == running else _would_skip(item)
         if item.nodeid == running:
             outcome, message = Outcome.INTERRUPTED, f"{subject} INTERRUPTED: {interruption}"
+        elif skipped is not None:
+            outcome, message = Outcome.SKIPPED, f"{subject} SKIPPED: {skipped}"
         else:
             outcome, message = Outcome.NOT_RUN, f"{subject} NOT_RUN: not run: {interruption}"
         record.record_test(item.nodeid, subject, outcome, message, "setup")
-        report_case(session, item.nodeid, item.location, "setup", message, [(LINE_PROPERTY, message)])
+        failure = None if skipped is not None else message
+        report_case(session, item.nodeid, item.location, "setup", failure, [(LINE_PROPERTY, message)], skipped)
+
+
+def _would_skip(item: pytest.Item) -> str | None:
+    """Why a test the interruption kept from running would have been skipped anyway (a sweep cell whose transfer
+    type this host cannot run), as the test itself says it; None where it would have run."""
+    cell = getattr(getattr(item, "callspec", None), "params", {}).get("sweep_cell")
+    return gpu.probe().problem(cell.transfer) if cell is not None else None

@@ -135,13 +135,17 @@ def report_case(
     when: str,
     failure: str | None,
     properties: list[tuple[str, str]],
+    skipped: str | None = None,
 ) -> None:
     """A test case the run reports of its own (the verdict, a test an interruption kept from finishing): the phase
-    `when` passed (`failure` None) or failed with the one line `failure`, then a passed teardown carrying the case's
-    properties, as pytest's own protocol reports a test (its JUnit XML takes properties from the teardown)."""
-    outcome = "passed" if failure is None else "failed"
+    `when` passed (`failure` None), was skipped for the reason `skipped`, or failed with the one line `failure`, then
+    a passed teardown carrying the case's properties, as pytest's own protocol reports a test (its JUnit XML takes
+    properties from the teardown)."""
+    outcome, longrepr = ("passed", None) if failure is None else ("failed", failure)
+    if skipped is not None:
+        outcome, longrepr = "skipped", (str(location[0]), location[1] or 0, f"Skipped: {skipped}")
     hook = session.config.hook.pytest_runtest_logreport
-    hook(report=pytest.TestReport(nodeid, location, {}, outcome, failure, when, [], 0.0))
+    hook(report=pytest.TestReport(nodeid, location, {}, outcome, longrepr, when, [], 0.0))
     teardown = pytest.TestReport(nodeid, location, {}, "passed", None, "teardown", [], 0.0, user_properties=properties)
     hook(report=teardown)
 

@@ -141,6 +141,30 @@ def selected_parts(items: Iterable[pytest.Item], can_run: gpu.HostGpu | None = N
     return parts
 
 
+def _sweep_transfers(items: Iterable[pytest.Item]) -> list[str]:
+    """The transfer types of the selected sweep cells, in order."""
+    cells = (getattr(getattr(item, "callspec", None), "params", {}).get("sweep_cell") for item in items)
+    return list(dict.fromkeys(cell.transfer for cell in cells if cell is not None))
+
+
+def check_runnable(run: RunSettings, items: Iterable[pytest.Item], can_run: gpu.HostGpu | None = None) -> None:
+    """Refuses a run whose drive file requires the sweep when no selected cell's transfer type can run on this host:
+    every cell would be skipped and the verdict could never be QUALIFIED. The fix names runs that can qualify here."""
+    transfers = _sweep_transfers(items)
+    if "sweep" not in run.thresholds.requires or not transfers:
+        return
+    host = can_run or gpu.probe()
+    problems = [host.problem(transfer) for transfer in transfers]
+    if any(problem is None for problem in problems):
+        return
+    raise SettingsError(
+        f"--drive {run.thresholds.path.stem}: its [verdict] requires the sweep, whose transfers here are "
+        f"{', '.join(transfers)}, and none can run on this host ({problems[0]}), so the run could never be "
+        f"QUALIFIED; run it on a host with a GPU and GPU Direct Storage, or qualify this host's read path with a drive "
+        f"file whose sweep reads without a GPU too (--drive local)"
+    )
+
+
 def leave_out_parts(items: Iterable[pytest.Item], run: RunSettings) -> list[pytest.Item]:
     """Marks the tests of the parts that the drive file's [run] parts leaves out as skipped, naming why; returns the
     others."""
@@ -167,6 +191,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if run.problem is not None:
             continue  # its target was refused: there is no space to check
         try:
+            check_runnable(run.settings, running)
             parts = selected_parts(running)
             check_space(run.settings, parts)
             check_inodes(run.settings, parts)

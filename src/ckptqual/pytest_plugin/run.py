@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Generator, Iterator
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from ckptqual.config.space import LAYOUT_MAX_FILES
 from ckptqual.faults import RunError
 from ckptqual.plan.strategies import layouts
 from ckptqual.printable import printable
+from ckptqual.pytest_plugin.clock import figure_clock
 from ckptqual.pytest_plugin.drives import (
     DRIVE_ARG,
     INDEX,
@@ -198,7 +200,7 @@ def say_fixture(request: pytest.FixtureRequest) -> Callable[[str], None]:
 @pytest.fixture
 def layout_strategy(qualification: Qualification, benchmark):
     """The Hypothesis strategy of this run's odd layouts: at most the run's ranks and its layout size. (The
-    benchmark is there for pytest_plugin/benchmarks.py, which times the layouts test as one benchmark round.)"""
+    benchmark is there for pytest_plugin/benchmarks.py, which gives it one round per judged layout.)"""
     run = qualification.settings
     return layouts(
         max_total_bytes=run.layout_max_total_bytes, max_ranks=len(run.plan.ranks), max_files=LAYOUT_MAX_FILES
@@ -206,15 +208,17 @@ def layout_strategy(qualification: Qualification, benchmark):
 
 
 @pytest.fixture
-def rounds_runner(benchmark) -> Callable[..., None]:
+def rounds_runner(benchmark, request: pytest.FixtureRequest) -> Callable[..., None]:
     """Drives rounds (a pass's checkpoints, a restore's) as pytest-benchmark rounds, or plainly when benchmarking
-    is off (pedantic would then run only one round)."""
-    if benchmark.disabled:
+    is off (pedantic would then run only one round). Each round lasts, on the test's FigureClock, the seconds of
+    what `fn` returns (a checkpoint, a restore): the figure `ckptqual compare` judges, not pytest's wall time."""
+    clock = figure_clock(request.node)
+    if benchmark.disabled or clock is None:
         return run_rounds
 
-    def run(fn: Callable[[], None], setup: Callable[[], None], rounds: int) -> None:
+    def run(fn: Callable[[], Any], setup: Callable[[], None], rounds: int) -> None:
         try:
-            benchmark.pedantic(fn, setup=setup, rounds=rounds, iterations=1, warmup_rounds=0)
+            benchmark.pedantic(lambda: clock.advance(fn().seconds), setup=setup, rounds=rounds, warmup_rounds=0)
         except StopRounds:
             benchmark.has_error = False  # ended early on purpose (--early-stop): keep the rounds that ran
 

@@ -95,10 +95,10 @@ def sweep_check(sweep: SweepRun, verdict, record_property) -> Callable[[CellResu
             verdict.judge([("sweep_read_bandwidth", result.stats.GiBps, "GiB/s")], **cell.context())
         outcome = "ERROR"
         try:
-            outcome = str(verdict.findings.conclusion().outcome)
-            verdict.conclude()
+            outcome = str(verdict.findings.conclusion(only_measures=True).outcome)
+            verdict.conclude(only_measures=True)
         finally:
-            sweep.set_outcome(cell, outcome if verdict.findings.items else "MEASURED")
+            sweep.set_outcome(cell, outcome)
 
     return judge
 

@@ -9,11 +9,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from statistics import fmean
-from typing import Any
+from typing import Any, NamedTuple
 
 from ckptqual.limits.measurements import MEASUREMENTS, Measurement, field, recorded
 from ckptqual.report.extract import Run, measured_cells, passes, steady_rounds
-from ckptqual.report.noise import RULE, Noise, band, mean_noise, paired, single_noise
+from ckptqual.report.gate import Required, exit_code, fix_for, matching, required_metrics
+from ckptqual.report.noise import (
+    RULE,
+    Noise,
+    band,
+    mean_noise,
+    paired,
+    pairs_to_resolve,
+    rounds_to_resolve,
+    single_noise,
+)
 from ckptqual.report.summary import table
 
 SWEEP = "sweep"  # the read sweep's cells together, compared in pairs
@@ -61,6 +71,9 @@ class Change:
     band: float | None  # relative half-width; None: not judged (host-bound, or no rounds to tell the noise)
     regressed: bool
     word: str
+    resolved: bool = False  # judged with a band no wider than the allowance (a regression is always resolved)
+    rounds: int = 0  # the rounds (pairs, for the sweep) the band rests on, the fewer of the two runs'
+    needed: int | None = None  # the rounds that would narrow the band to the allowance; None: none would
 
     @property
     def unit(self) -> str:
@@ -126,14 +139,23 @@ def _unjudged(name: str, b: Metric, n: Metric) -> Change:
 
 def _judged(change: Change, width: float, max_regression: float) -> Change:
     """`change` judged against a band of relative half-width `width` and the allowance, in the direction its
-    measurement is better (a time that rises is worse, a throughput that falls)."""
+    measurement is better (a time that rises is worse, a throughput that falls). A band wider than the allowance
+    leaves a change that is not a regression unresolved: a drop as large as the allowance could hide in it."""
     worse, size = MEASUREMENTS[change.measurement].worse(change.change), abs(change.change)
     if worse and size > width and size > max_regression:
-        return replace(change, band=width, regressed=True, word="REGRESSION")
+        return replace(change, band=width, regressed=True, word="REGRESSION", resolved=True)
+    if width > max_regression:
+        better = "better, but " if not worse and size > width else ""
+        return replace(change, band=width, word=f"{better}not resolved: detects only ±{width:.1%}")
     if size <= width:
-        return replace(change, band=width, word="within noise")
+        return replace(change, band=width, word="within noise", resolved=True)
     word = f"worse, within the allowed {max_regression:.0%}" if worse else "better"
-    return replace(change, band=width, word=word)
+    return replace(change, band=width, word=word, resolved=True)
+
+
+def _spread(noise: Noise, rounds: int, base_mean: float) -> float:
+    """The standard deviation of one round, relative to the base figure, from the noise of `rounds` rounds."""
+    return noise.standard_error * math.sqrt(rounds) / base_mean
 
 
 def compare_metric(name: str, base: dict[str, Metric], new: dict[str, Metric], max_regression: float) -> Change:
@@ -143,9 +165,14 @@ def compare_metric(name: str, base: dict[str, Metric], new: dict[str, Metric], m
     if b.host_bound or n.host_bound:
         return replace(unjudged, word="host-bound: not judged")
     noises = _noise(b, base), _noise(n, new)
-    if noises[0] is None or noises[1] is None:
+    if noises[0] is None or noises[1] is None or b.mean <= 0:
         return replace(unjudged, word="no rounds to tell its noise: not judged")
-    return _judged(unjudged, band(b.mean, noises[0], noises[1]), max_regression)
+    judged = _judged(unjudged, band(b.mean, noises[0], noises[1]), max_regression)
+    rounds = min(len(b.rounds), len(n.rounds))
+    if judged.resolved:
+        return replace(judged, rounds=rounds)
+    spreads = (_spread(noises[0], len(b.rounds), b.mean), _spread(noises[1], len(n.rounds), b.mean))
+    return replace(judged, rounds=rounds, needed=rounds_to_resolve(spreads, max_regression))
 
 
 def compare_cells(
@@ -165,11 +192,16 @@ def compare_cells(
         elif pairs is None:
             changes.append(replace(unjudged, word="too few cells to tell their noise: not judged"))
         else:
-            changes.append(_judged(unjudged, pairs.single_band, max_regression))
+            changes.append(replace(_judged(unjudged, pairs.single_band, max_regression), rounds=1))
     if pairs is not None:
         means = [math.exp(fmean(math.log(metrics[name].mean) for name in fair)) for metrics in (base, new)]
-        whole = Change(SWEEP, base[fair[0]].measurement, means[0], means[1], pairs.change, None, False, "")
-        changes.append(_judged(whole, pairs.band, max_regression))
+        whole = _judged(
+            Change(SWEEP, base[fair[0]].measurement, means[0], means[1], pairs.change, None, False, ""),
+            pairs.band,
+            max_regression,
+        )
+        needed = None if whole.resolved else pairs_to_resolve(ratios, max_regression)
+        changes.append(replace(whole, rounds=len(ratios), needed=needed))
     return changes
 
 
@@ -218,13 +250,32 @@ def _shown(value: float, unit: str) -> str:
     return f"{value:.4g} {unit}"
 
 
+class Comparison(NamedTuple):
+    """What `compare` found: every metric's change, the report's lines and the gate's exit code (report.gate)."""
+
+    changes: list[Change]
+    lines: list[str]
+    exit_code: int
+
+
 def compare_runs(
-    base: Run, new: Run, max_regression: float = 0.05, patterns: Sequence[str] | None = None
-) -> tuple[list[Change], list[str]]:
-    """Every selected metric's change, and the lines of the report (a table, notes and the conclusion)."""
+    base: Run,
+    new: Run,
+    max_regression: float = 0.05,
+    patterns: Sequence[str] | None = None,
+    require: Sequence[str] | None = None,
+) -> Comparison:
+    """Every selected metric's change, the lines of the report (a table, notes, one line per required metric the gate
+    could not judge or resolve, and the conclusion) and the exit code."""
     base_metrics, new_metrics = run_metrics(base.data), run_metrics(new.data)
     names = list(dict.fromkeys([*base_metrics, *new_metrics]))
-    chosen = select(names, patterns)
+    known = [*names, SWEEP] if any(name.startswith(f"{SWEEP}.") for name in names) else names
+    required = required_metrics([new.data, base.data], require)
+    if require:
+        select(known, require)  # a --require glob matching nothing is a usage error
+    chosen = select(known, [*(patterns or ()), *(require or ())] if patterns else None)
+    if SWEEP in chosen:  # the sweep as a whole is judged from its cells
+        chosen = [name for name in names if name in chosen or name.startswith(f"{SWEEP}.")]
     both = [name for name in chosen if name in base_metrics and name in new_metrics]
     changes = [
         compare_metric(name, base_metrics, new_metrics, max_regression)
@@ -249,28 +300,99 @@ def compare_runs(
         ]
         for c in changes
     ]
-    lines += table(["metric", "unit", "base", "new", "change", "noise band", ""], rows) if rows else []
+    lines += table(["metric", "unit", "base", "new", "change", "detects", ""], rows) if rows else []
     lines += _host_bound_lines([c.name for c in changes if c.word.startswith("host-bound")], base_metrics, new_metrics)
     lines += [f"{name}: only in {'base' if name in base_metrics else 'new'}" for name in chosen if name not in both]
+    gaps = _gaps(required, known, chosen, {c.name: c for c in changes}, (base_metrics, new_metrics), max_regression,
+                 new.data.get("settings", {}))  # fmt: skip
     lines.append(RULE)
-    lines.append(_conclusion(changes, max_regression))
-    return changes, lines
-
-
-def _conclusion(changes: Sequence[Change], max_regression: float) -> str:
-    judged = [c for c in changes if c.band is not None]
-    left_out = f" ({len(changes) - len(judged)} not judged)" if len(judged) < len(changes) else ""
+    lines += gaps
     regressed = [c for c in changes if c.regressed]
-    if not regressed:
-        return (
-            f"ckptqual compare: no regression beyond its noise band and {max_regression:.0%} in {len(judged)} "
-            f"judged metrics{left_out}"
-        )
-    listed = ", ".join(
-        f"{c.name} {c.change:+.1%} ({_shown(c.base, c.unit)} -> {_shown(c.new, c.unit)}, band ±{c.band:.1%})"
-        for c in regressed
+    lines.append(_conclusion(changes, regressed, len(gaps), _count(required, known), max_regression))
+    return Comparison(changes, lines, exit_code(len(regressed), len(gaps)))
+
+
+def _count(required: Sequence[Required], known: Sequence[str]) -> int:
+    """How many metrics the gate must judge: each known one a required glob matches, and each glob matching none."""
+    matched = {name for r in required for name in matching(known, r.pattern)}
+    return len(matched) + sum(1 for r in required if not matching(known, r.pattern))
+
+
+def _gaps(
+    required: Sequence[Required],
+    known: Sequence[str],
+    chosen: Sequence[str],
+    changes: dict[str, Change],
+    runs: tuple[dict[str, Metric], dict[str, Metric]],
+    allowed: float,
+    settings: dict[str, Any],
+) -> list[str]:
+    """One line per required metric the gate did not judge, or judged without resolving it: why, and the fix."""
+    lines, seen = [], set()
+    for r in required:
+        found = matching(known, r.pattern)
+        if not found:
+            lines.append(f"{r.pattern} INCONCLUSIVE: measured by neither run ({r.origin}); fix: run it in both")
+        for name in found:
+            if name in seen:
+                continue
+            seen.add(name)
+            why = _gap(name, chosen, changes.get(name), runs, allowed, settings)
+            if why:
+                lines.append(f"{name} INCONCLUSIVE: {why} ({r.origin})")
+    return lines
+
+
+def _gap(
+    name: str,
+    chosen: Sequence[str],
+    change: Change | None,
+    runs: tuple[dict[str, Metric], dict[str, Metric]],
+    allowed: float,
+    settings: dict[str, Any],
+) -> str | None:
+    """Why the required metric `name` leaves the gate inconclusive, with the fix; None where it was judged and
+    resolved, or regressed."""
+    if name not in chosen and not (name == SWEEP and any(n.startswith(f"{SWEEP}.") for n in chosen)):
+        return "left out by --metric; fix: select it too, or name what the gate must judge with --require"
+    if change is None:
+        if name == SWEEP:
+            return (
+                "too few of its cells were judged in both runs (host-bound, or measured by one run only) to tell its "
+                "noise; fix: rerun both where at least 3 cells are measured and not host-bound"
+            )
+        only = "base" if name in runs[0] else "new"
+        return f"measured only by the {only} run; fix: run its part in both"
+    if change.regressed or change.resolved:
+        return None
+    if change.word.startswith("host-bound"):
+        return "host-bound, so it measured the host; fix: rerun both where the run's processes get the CPUs they need"
+    if change.band is None:
+        return f"{change.word}; fix: rerun both with at least 2 rounds of it"
+    return f"not resolved: detects only ±{change.band:.1%}, more than the allowed {allowed:.0%}; fix: " + fix_for(
+        name, change.rounds, change.needed, allowed, settings
     )
+
+
+def _conclusion(
+    changes: Sequence[Change], regressed: Sequence[Change], gaps: int, required: int, max_regression: float
+) -> str:
+    judged = [c for c in changes if c.band is not None]
+    if regressed:
+        listed = ", ".join(
+            f"{c.name} {c.change:+.1%} ({_shown(c.base, c.unit)} -> {_shown(c.new, c.unit)}, band ±{c.band:.1%})"
+            for c in regressed
+        )
+        return (
+            f"ckptqual compare: REGRESSION: {len(regressed)} of {len(judged)} judged metrics worse beyond their noise "
+            f"band and {max_regression:.0%}: {listed}"
+        )
+    if gaps:
+        return (
+            f"ckptqual compare: INCONCLUSIVE: {gaps} of {required} required metrics not judged or not resolved at "
+            f"{max_regression:.0%} (see above); none of the {len(judged)} judged metrics regressed"
+        )
     return (
-        f"ckptqual compare: REGRESSION: {len(regressed)} of {len(judged)} judged metrics worse beyond their noise "
-        f"band and {max_regression:.0%}: {listed}"
+        f"ckptqual compare: no regression: all {required} required metrics judged and resolved (each detects a change "
+        f"of {max_regression:.0%}); {len(judged)} of {len(changes)} metrics judged"
     )

@@ -11,7 +11,8 @@ from ckptqual.report.summary import table
 from ckptqual.runs.fill import MIN_GENERATOR_HEADROOM
 
 # The most telling outcome of several (the sweep's cells) comes first.
-_SEVERITY = ("ERROR", "INTERRUPTED", "NOT_RUN", "INVALID", "FAIL", "NOT_STEADY", "MARGINAL", "PASS", "SKIPPED")
+_SEVERITY = ("ERROR", "INTERRUPTED", "NOT_RUN", "INVALID", "FAIL", "NOT_STEADY", "MARGINAL", "PASS", "MEASURED",
+             "SKIPPED")  # fmt: skip
 
 
 def drive_row(label: str, data: dict[str, Any], unjudged: str | None = None) -> dict[str, Any]:

@@ -59,12 +59,18 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return statistics.fmean(present) if present else None
 
 
+PER_RANK = "per rank (each checkpoint's slowest rank, MLPerf's minimum across ranks)"
+
+
 def phase_line(phase: str, metrics: Mapping[str, Any], count: str) -> str:
-    """`write: 10 checkpoints, duration mean 12.340 s, throughput mean 1.234 GB/s (1.149 GiB/s)`."""
+    """`write: 10 checkpoints, duration mean 12.340 s, throughput mean 0.1234 GB/s (0.1149 GiB/s) per rank (...)`:
+    the throughput is one rank's, not the checkpoint's, and says so."""
     if metrics["duration_mean_s"] is None:
         return f"{phase}: none"
     rate = metrics["throughput_mean_GBps"]
-    rate_text = f"{rate:.4g} GB/s ({metrics['throughput_mean_GiBps']:.4g} GiB/s)" if rate is not None else "no rate"
+    rate_text = (
+        f"{rate:.4g} GB/s ({metrics['throughput_mean_GiBps']:.4g} GiB/s) {PER_RANK}" if rate is not None else "no rate"
+    )
     return f"{phase}: {count}, duration mean {metrics['duration_mean_s']:.3f} s, throughput mean {rate_text}"
 
 

@@ -22,7 +22,8 @@ T_995 = (63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.25, 3.169, 3
 RULE = (
     f"noise band: Student's t at 99 % times the standard error of the difference of the means, from each run's "
     f"rounds (a figure of one round takes the spread of one round of its run's related figure; sweep cells the "
-    f"spread of the cells' log ratios), at least {NOISE_FLOOR:.0%}; host-bound figures are not judged"
+    f"spread of the cells' log ratios), at least {NOISE_FLOOR:.0%}; host-bound figures are not judged; the band is "
+    f"the smallest change the gate can detect: a metric whose band is wider than the allowance is not resolved"
 )
 
 
@@ -81,3 +82,33 @@ def paired(log_ratios: Sequence[float]) -> Paired | None:
     spread, t = stdev(log_ratios), t_quantile(len(log_ratios) - 1)
     mean_band = max(NOISE_FLOOR, math.expm1(t * spread / math.sqrt(len(log_ratios))))
     return Paired(math.expm1(fmean(log_ratios)), mean_band, max(NOISE_FLOOR, math.expm1(t * spread)))
+
+
+MAX_ROUNDS = 10_000  # beyond this many rounds a figure counts as one no run can resolve
+
+
+def rounds_to_resolve(spreads: tuple[float, float], allowed: float) -> int | None:
+    """The rounds per run at which the band of two figures whose rounds spread by `spreads` (each run's standard
+    deviation of one round, relative to the base figure) is at most `allowed`; None where no number of rounds gets
+    there (`allowed` under NOISE_FLOOR, or more than MAX_ROUNDS)."""
+    variance = spreads[0] ** 2 + spreads[1] ** 2
+    if allowed < NOISE_FLOOR:
+        return None
+    if variance == 0:
+        return 2
+    shape = variance**2 / (spreads[0] ** 4 + spreads[1] ** 4)  # Welch's freedom per round beyond the first
+    return next(
+        (n for n in range(2, MAX_ROUNDS + 1) if t_quantile(shape * (n - 1)) * math.sqrt(variance / n) <= allowed),
+        None,
+    )
+
+
+def pairs_to_resolve(log_ratios: Sequence[float], allowed: float) -> int | None:
+    """The pairs at which the band of their mean change (`paired`) is at most `allowed`, from their spread."""
+    if allowed < NOISE_FLOOR:
+        return None
+    spread = stdev(log_ratios)
+    return next(
+        (k for k in range(3, MAX_ROUNDS + 1) if math.expm1(t_quantile(k - 1) * spread / math.sqrt(k)) <= allowed),
+        None,
+    )

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from ckptqual.faults import RunError
 from ckptqual.host import device_bytes
@@ -46,6 +47,13 @@ EarlyStop = Callable[["PassResult"], str | None]
 
 # Removes one checkpoint directory (only the files the run wrote there); raises RunError if it cannot.
 Remover = Callable[[Path, str], None]
+
+
+class Stall(NamedTuple):
+    """An async checkpoint's round as a benchmark sees it when its save returns: the training stall, as its writes
+    are still under way."""
+
+    seconds: float
 
 
 @dataclass(frozen=True)
@@ -282,8 +290,9 @@ class FillCampaign:
     def run_pass(
         self, number: int, runner: Callable[..., None] | None = None, early_stop: EarlyStop | None = None
     ) -> PassResult:
-        """Writes one pass; `runner(fn, setup, rounds)` may drive the rounds (e.g. pytest-benchmark) and ends them
-        when setup raises StopRounds; `early_stop` is asked before each checkpoint after the first."""
+        """Writes one pass; `runner(fn, setup, rounds)` may drive the rounds (e.g. pytest-benchmark; `fn` returns each
+        round's checkpoint) and ends them when setup raises StopRounds; `early_stop` is asked before each checkpoint
+        after the first."""
         if self.failure:
             raise FillError(f"not run: {self.failure}", "not-run")
         result = PassResult(number, planned=self.checkpoints_per_pass, drives_at_once=self.drives_at_once)
@@ -297,13 +306,13 @@ class FillCampaign:
             removed, remove_s = self._make_room() if self._writer is None else (None, 0.0)  # async: removed behind
             pending.append((removed, remove_s, self.clock.due()))  # the interval's compute: untimed, as the removal
 
-        def write() -> None:
+        def write() -> CheckpointRecord | Stall:
             removed, remove_s, due = pending.pop()
             index = len(result.checkpoints) + (self._in_flight is not None) + 1
             if self._writer is None:
                 result.checkpoints.append(self._write_one(number, index, removed, remove_s, due))
-            else:
-                self._save_async(self._writer, result, number, index, due)
+                return result.checkpoints[-1]
+            return self._save_async(self._writer, result, number, index, due)
 
         try:
             (runner or run_rounds)(write, setup, self.checkpoints_per_pass)
@@ -335,7 +344,7 @@ class FillCampaign:
         self.on_checkpoint(record, self.checkpoints_per_pass)
         return record
 
-    def _save_async(self, writer: ThreadPoolExecutor, result: PassResult, number: int, index: int, due: Due) -> None:
+    def _save_async(self, writer: ThreadPoolExecutor, result: PassResult, number: int, index: int, due: Due) -> Stall:
         """Once the checkpoint is due and the one before it durable (the wait is stall), the ranks stage their state
         (stall) and the removal of the oldest and the writes run behind, while training goes on."""
         self._settle()
@@ -367,6 +376,7 @@ class FillCampaign:
             )
 
         self._in_flight = (writer.submit(behind), result, finish)
+        return Stall(wait_s + staged - staging)
 
     def _settle(self) -> None:
         """Waits for the checkpoint being written behind, if any, adds it to its pass and notes when it became
@@ -414,7 +424,7 @@ class FillCampaign:
             self.remove(directory, f"removing the partial checkpoint {checkpoint}")
 
 
-def run_rounds(fn: Callable[[], None], setup: Callable[[], None], rounds: int) -> None:
+def run_rounds(fn: Callable[[], object], setup: Callable[[], None], rounds: int) -> None:
     """Runs `rounds` rounds of `setup` then `fn`: the plain twin of pytest-benchmark's pedantic(); a setup that
     raises StopRounds ends them."""
     for _ in range(rounds):

@@ -1,0 +1,55 @@
+"""Runs that could never be QUALIFIED on this host are refused before any I/O (exit 4), in one line naming the fix,
+and `ckptqual plan` refuses what the run refuses: a required sweep with nothing this host can run, a steady state
+required of fewer checkpoints than the SNIA rule looks at, a scale below the workload's minimum."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckptqual.cli import main
+from ckptqual.config.run_settings import resolve_settings
+from ckptqual.config.values import SettingsError
+from ckptqual.host import gpu
+from ckptqual.limits.steady import WINDOW
+from suite_runs import run_suite
+
+
+def test_plan_refuses_the_scale_the_run_refuses(capsys):
+    assert main(["plan", "llama3-8b", "--scale", "1e-7"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--scale 1e-07 (command line)" in err and "use --scale 7e-07 or more" in err
+    with pytest.raises(SettingsError, match=r"use --scale 7e-07 or more"):
+        resolve_settings({"workload": "llama3-8b", "scale": "1e-7"})
+    assert main(["plan", "llama3-8b", "--scale", "7e-7"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("passes", "per_pass", "fix"), [(3, 2, "--checkpoints-per-pass 3"), (2, 4, "--checkpoints-per-pass 5")]
+)
+def test_a_required_steady_state_needs_the_rules_window_of_checkpoints(tmp_path, passes, per_pass, fix):
+    options = {"drive": "d5-p5336", "scale": "0.001", "passes": passes, "checkpoints_per_pass": per_pass}
+    with pytest.raises(SettingsError) as refusal:
+        resolve_settings(options)
+    message = str(refusal.value)
+    assert f"needs {WINDOW} steady-state checkpoints" in message and f"writes {(passes - 1) * per_pass}" in message
+    assert message.endswith(f"use {fix} or more") and "\n" not in message
+    enough = int(fix.split()[-1])
+    resolve_settings({**options, "checkpoints_per_pass": enough})  # the fix it names is accepted
+
+
+def test_the_manuals_check_command_is_accepted():
+    resolve_settings({"drive": "d5-p5336", "scale": "0.001", "checkpoints_per_pass": 3})
+
+
+@pytest.mark.skipif(gpu.probe().problem("gpu-direct") is None, reason="this host can run gpu-direct")
+def test_a_required_sweep_with_nothing_this_host_can_run_is_refused_before_any_io(tmp_path):
+    done = run_suite(
+        "--drive=d5-p5336", "--scale=0.001", f"--target={tmp_path}", tests=("test_fill.py", "test_read_sweep.py")
+    )
+    assert done.returncode == 4, done.stdout + done.stderr
+    error = next(line for line in done.stderr.splitlines() if line.startswith("ERROR: "))
+    assert "requires the sweep, whose transfers here are gpu-direct, and none can run on this host" in error
+    assert error.endswith(
+        "or qualify this host's read path with a drive file whose sweep reads without a GPU too (--drive local)"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing written to the target
