@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ckptqual.faults import RunError, fault_of_errno
 from ckptqual.host import guard
 from ckptqual.host.beneath import RunTree
 from ckptqual.host.guard import LOCK_FILE as LOCK_FILE
@@ -81,8 +82,9 @@ class Target:
         add_group(self.manifest, pattern, files, listed)
         try:
             write_manifest(self.run_dir, self.identity, self.manifest)
-        except OSError as error:
-            raise guard.failure("write", self.run_dir / RUN_MARKER, error) from error
+        except OSError as error:  # the drive failed the write (ENOSPC, EIO): one line naming the fault, as any other
+            line = str(guard.failure("write", self.run_dir / RUN_MARKER, error))
+            raise RunError(line, fault_of_errno(error.errno), error.errno) from error
 
     def cleanup(self, ops: Any = None) -> Removal | None:
         """Removes what the run declared (unless kept) and a target marker it made, releases the target, removes a
