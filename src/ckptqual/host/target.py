@@ -23,7 +23,7 @@ from typing import Any
 
 from ckptqual.faults import RunError, fault_of_errno
 from ckptqual.host import guard
-from ckptqual.host.beneath import RunTree
+from ckptqual.host.beneath import PlantedEntry, RunTree
 from ckptqual.host.guard import LOCK_FILE as LOCK_FILE
 from ckptqual.host.guard import RUN_MARKER, RUN_PREFIX, TARGET_MARKER, TargetError
 from ckptqual.host.identity import DriveIdentity as DriveIdentity
@@ -82,9 +82,12 @@ class Target:
         add_group(self.manifest, pattern, files, listed)
         try:
             write_manifest(self.run_dir, self.identity, self.manifest)
-        except OSError as error:  # the drive failed the write (ENOSPC, EIO): one line naming the fault, as any other
-            line = str(guard.failure("write", self.run_dir / RUN_MARKER, error))
-            raise RunError(line, fault_of_errno(error.errno), error.errno) from error
+        except OSError as error:
+            failure = guard.failure("write", self.run_dir / RUN_MARKER, error)
+            fault = fault_of_errno(error.errno)
+            if isinstance(error, PlantedEntry) or fault == "crash":
+                raise failure from error
+            raise RunError(str(failure), fault, error.errno) from error  # the drive failed it (ENOSPC, EIO): one line
 
     def cleanup(self, ops: Any = None) -> Removal | None:
         """Removes what the run declared (unless kept) and a target marker it made, releases the target, removes a
