@@ -93,9 +93,11 @@ def test_ctrl_c_while_the_sweep_files_exist_or_during_the_restore_ends_incomplet
     output = suite.output()
     assert "Traceback" not in output and "EOFError" not in output, output[-3000:]
     data = results(tmp_path / "r.json")
-    assert data["verdict"]["overall"] == "INCOMPLETE"
+    assert data["verdict"]["overall"] in ("INCOMPLETE", "INVALID")  # a busy host's INVALID figure outranks it
     during = "test_restore.py::test_restore" if moment == "restore" else "test_read_sweep.py::test_read_sweep["
-    assert f"the run was interrupted by SIGINT (Ctrl-C) during tests_qual/{during}" in data["verdict"]["reasons"][0]
-    assert output.rstrip().splitlines()[-1].startswith(head(data["verdict"]) + "the run was interrupted by SIGINT")
+    interrupted = f"the run was interrupted by SIGINT (Ctrl-C) during tests_qual/{during}"
+    assert any(reason.startswith(interrupted) for reason in data["verdict"]["reasons"]), data["verdict"]["reasons"]
+    last = output.rstrip().splitlines()[-1]
+    assert last.startswith(head(data["verdict"])) and interrupted in last, last
     assert data["cleanup"]["removed"] is True
     assert list(target.iterdir()) == []
