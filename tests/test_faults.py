@@ -209,6 +209,48 @@ def test_enospc_in_a_qualification_run_fails_that_pass_and_the_reports_say_why(s
     assert list(target.iterdir()) == []
 
 
+@pytest.mark.parametrize("fault", ["ENOSPC", "EIO"])
+def test_a_fault_while_the_sweep_sets_up_fails_its_first_cell_in_one_line(tmpfs, loop_ext4, tmp_path, fault):
+    """The filesystem full (ENOSPC), or shut down (EIO, the ext4 shutdown ioctl), just before the sweep's first cell
+    is set up (its files declared in the run's manifest, then written): that cell fails with one line naming the write
+    and the errno, no traceback; the reports are written and the verdict is NOT QUALIFIED."""
+    point = tmpfs("size=128m") if fault == "ENOSPC" else loop_ext4("256M")
+    target = point / "target"
+    target.mkdir()
+    first = "test_read_sweep[cpu-only-1M-1]"
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "tests" / "fault_plugins")])}  # this tree
+    if fault == "ENOSPC":
+        env |= {"CKPTQUAL_BALLAST": str(point / "ballast.bin"), "CKPTQUAL_BALLAST_BEFORE": first}
+        env |= {"CKPTQUAL_BALLAST_AT": "setup", "CKPTQUAL_BALLAST_LEAVE_BYTES": "0"}
+    else:
+        env |= {"CKPTQUAL_SHUTDOWN": str(target), "CKPTQUAL_SHUTDOWN_BEFORE": first}
+    plugin = "ballast" if fault == "ENOSPC" else "shutdown"
+    sweep = ["--sweep-block-sizes", "1M", "--sweep-threads", "1", "--sweep-file-bytes", "8M", "--transfer", "cpu-only"]
+    tests = [str(REPO / "tests_qual" / name) for name in ("test_fill.py", "test_read_sweep.py")]  # the run set up
+    fill = ["--scale", "0.0001", "--checkpoints-per-pass", "2", "--passes", "1"]
+    command = [sys.executable, "-m", "pytest", *tests, *SMALL, *fill, "-p", plugin]
+    reports = ["--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
+    done = subprocess.run(
+        [*command, *sweep, "--target", str(target), *reports],
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output[-3000:]
+    assert "Traceback" not in output and "write_json_atomically" not in output, output[-3000:]
+    message = junit_cases(tmp_path / "q.xml")[first]["message"]
+    errno_word = "[Errno 28 ENOSPC]" if fault == "ENOSPC" else "[Errno 5 EIO]"
+    assert "sweep cpu-only-1M-1 FAIL (in setup): write " in message and errno_word in message, message
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert results["verdict"]["overall"] == "NOT QUALIFIED"
+    assert output.rstrip().splitlines()[-1].startswith(head(results["verdict"]))
+    if fault == "ENOSPC":  # a shut-down filesystem keeps the run directory: nothing can be removed from it
+        assert results["cleanup"]["removed"] is True and list(target.iterdir()) == []
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_run_is_an_error_in_the_junit_and_incomplete_in_the_results(tmp_path, signum):
     target = tmp_path / "target"

@@ -4,6 +4,7 @@ stopping the run changes nothing. Read as a CI gate reads it: the exit code, the
 import signal
 import time
 import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 
 import pytest
 
@@ -59,5 +60,44 @@ def test_a_hang_up_during_a_checkpoint_stops_the_run_like_sigterm(tmp_path):
     assert last.startswith(head(data["verdict"]) + "the run was interrupted by SIGHUP during "), last
     cases = junit_cases(tmp_path / "q.xml")
     assert cases["verdict"]["outcome"] == "failure" and "INCOMPLETE" in cases["verdict"]["message"]
+    assert data["cleanup"]["removed"] is True
+    assert list(target.iterdir()) == []
+
+
+SWEEP = ["--sweep-block-sizes", "1M", "--sweep-threads", "1,2", "--sweep-file-bytes", "32M", "--transfer", "cpu-only"]
+
+
+def _sweep_files_exist(target: Path) -> bool:
+    return any(target.glob("*/sweep/sweep-job*.bin"))
+
+
+@pytest.mark.parametrize("moment", ["sweep-files", "restore"])
+def test_ctrl_c_while_the_sweep_files_exist_or_during_the_restore_ends_incomplete_and_clean(tmp_path, moment):
+    """SIGINT once the sweep's files are on the target (seen there), or between two restores: exit 2, no traceback
+    (from the sweep's removal or the target helper), the INCOMPLETE verdict as the last line, the target clean."""
+    target = tmp_path / "target"
+    target.mkdir()
+    reports = ["--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
+    tests = ("test_fill.py", "test_read_sweep.py", "test_restore.py")  # as `pytest tests_qual` orders them
+    args = [*SMALL, *SWEEP, "--restore-checkpoints", "2", "--target", str(target), *reports]
+    suite = LiveSuite(tmp_path / "run.log", *args, tests=tests)
+    if moment == "restore":
+        suite.wait_for("ckptqual: restore of checkpoint")  # the second restore is under way
+    else:
+        deadline = time.monotonic() + 300
+        while not _sweep_files_exist(target):
+            assert suite.process.poll() is None and time.monotonic() < deadline, suite.output()[-3000:]
+            time.sleep(0.02)
+    suite.process.send_signal(signal.SIGINT)
+    assert suite.finish() == 2, suite.output()[-3000:]
+    output = suite.output()
+    assert "Traceback" not in output and "EOFError" not in output, output[-3000:]
+    data = results(tmp_path / "r.json")
+    assert data["verdict"]["overall"] in ("INCOMPLETE", "INVALID")  # a busy host's INVALID figure outranks it
+    during = "test_restore.py::test_restore" if moment == "restore" else "test_read_sweep.py::test_read_sweep["
+    interrupted = f"the run was interrupted by SIGINT (Ctrl-C) during tests_qual/{during}"
+    assert any(reason.startswith(interrupted) for reason in data["verdict"]["reasons"]), data["verdict"]["reasons"]
+    last = output.rstrip().splitlines()[-1]
+    assert last.startswith(head(data["verdict"])) and interrupted in last, last
     assert data["cleanup"]["removed"] is True
     assert list(target.iterdir()) == []

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from ckptqual.faults import RunError
 from ckptqual.host.guard import LOCK_FILE, RUN_MARKER, RUN_PREFIX, TARGET_MARKER, TargetError
 from ckptqual.host.identity import identify
 from ckptqual.host.leftovers import describe_leftovers, leftover_runs
@@ -616,9 +617,10 @@ def test_a_manifest_that_cannot_be_rewritten_says_why(tmpfs):
     point = tmpfs("size=16m,nr_inodes=5")  # lock, marker, run dir, manifest: no inode left for its rewrite
     target = open_target(point)
     with pytest.raises(
-        TargetError, match=r"^write .*\.ckptqual-run: \[Errno 28 ENOSPC\] No space left on device; .*df -i"
-    ):
+        RunError, match=r"^write .*\.ckptqual-run: \[Errno 28 ENOSPC\] No space left on device; .*df -i"
+    ) as raised:
         target.declare("raw", ["raw-000.bin"])
+    assert raised.value.fault == "out-of-space" and raised.value.target_at_fault  # the drive's fault: one line
     assert sorted(p.name for p in target.run_dir.iterdir()) == [RUN_MARKER]
     target.cleanup()
     assert list(point.iterdir()) == []

@@ -1,7 +1,8 @@
 """Test-only pytest plugin: fills the target's filesystem just before a chosen test runs (a real ENOSPC).
 
 Set CKPTQUAL_BALLAST (a file path outside the target, on the same filesystem), CKPTQUAL_BALLAST_BEFORE (a test
-name) and CKPTQUAL_BALLAST_LEAVE_BYTES (free space to leave); load with `-p ballast`.
+name) and CKPTQUAL_BALLAST_LEAVE_BYTES (free space to leave); load with `-p ballast`. With
+CKPTQUAL_BALLAST_AT=setup the filesystem fills before the test's fixtures are set up, not after.
 """
 
 import os
@@ -10,9 +11,8 @@ import shutil
 import pytest
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_call(item: pytest.Item) -> None:
-    if item.name != os.environ["CKPTQUAL_BALLAST_BEFORE"]:
+def _fill(item: pytest.Item, phase: str) -> None:
+    if item.name != os.environ["CKPTQUAL_BALLAST_BEFORE"] or os.environ.get("CKPTQUAL_BALLAST_AT", "call") != phase:
         return
     path = os.environ["CKPTQUAL_BALLAST"]
     leave = int(os.environ["CKPTQUAL_BALLAST_LEAVE_BYTES"])
@@ -21,3 +21,13 @@ def pytest_runtest_call(item: pytest.Item) -> None:
         ballast.write(b"\xff" * max(0, free - leave))
         ballast.flush()
         os.fsync(ballast.fileno())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _fill(item, "setup")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    _fill(item, "call")

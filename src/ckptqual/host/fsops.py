@@ -113,7 +113,7 @@ def _serve(conn: Connection) -> None:
     """The helper's loop: run each (function, args) and send back (True, result) or (False, exception)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt stops
     conn.send("ready")
-    while (request := conn.recv()) is not None:
+    while (request := _next_request(conn)) is not None:
         function, args = request
         try:
             reply = (True, function(*args))
@@ -123,6 +123,14 @@ def _serve(conn: Connection) -> None:
             conn.send(reply)
         except Exception as error:  # an unpicklable result or exception: say what it was
             conn.send((False, RuntimeError(f"{type(error).__name__}: {error}")))
+
+
+def _next_request(conn: Connection) -> tuple[Callable[..., Any], tuple[Any, ...]] | None:
+    """The next request; None (the end) also when the parent is gone without saying so (it was stopped)."""
+    try:
+        return conn.recv()
+    except EOFError:
+        return None
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ class RunSpace:
             raise error
 
     def _call(self, what: str, function: Any, *args: Any) -> Any:
+        if self.cleanup is not None:
+            raise RunError(f"{what}: not done, the run directory was already removed or left", "stopped")
         if self.unresponsive:
             raise RunError(f"{what}: not done, the drive stopped responding earlier ({self.unresponsive})", "stopped")
         try:

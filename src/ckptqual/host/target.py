@@ -21,8 +21,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ckptqual.faults import RunError, fault_of_errno
 from ckptqual.host import guard
-from ckptqual.host.beneath import RunTree
+from ckptqual.host.beneath import PlantedEntry, RunTree
 from ckptqual.host.guard import LOCK_FILE as LOCK_FILE
 from ckptqual.host.guard import RUN_MARKER, RUN_PREFIX, TARGET_MARKER, TargetError
 from ckptqual.host.identity import DriveIdentity as DriveIdentity
@@ -82,7 +83,11 @@ class Target:
         try:
             write_manifest(self.run_dir, self.identity, self.manifest)
         except OSError as error:
-            raise guard.failure("write", self.run_dir / RUN_MARKER, error) from error
+            failure = guard.failure("write", self.run_dir / RUN_MARKER, error)
+            fault = fault_of_errno(error.errno)
+            if isinstance(error, PlantedEntry) or fault == "crash":
+                raise failure from error
+            raise RunError(str(failure), fault, error.errno) from error  # the drive failed it (ENOSPC, EIO): one line
 
     def cleanup(self, ops: Any = None) -> Removal | None:
         """Removes what the run declared (unless kept) and a target marker it made, releases the target, removes a

@@ -63,7 +63,8 @@ def sweep(qualification: Qualification, request: pytest.FixtureRequest) -> Itera
     try:
         yield run
     finally:
-        run.close()
+        if not qualification.closed:  # an interrupted run closed it first: the run directory went with the files
+            run.close()
 
 
 @pytest.fixture

@@ -323,6 +323,11 @@ class Qualification:
         self.events.judged([j.to_dict() for j in judgements])
         return judgements
 
+    @property
+    def closed(self) -> bool:
+        """Whether close() has run: the run directory and all the run wrote in it are gone (or accounted for)."""
+        return self._finished
+
     def close(self) -> None:
         """Stops the ranks, removes what the run wrote (unless --keep) and tells truthfully what is left. Never
         waits on an unresponsive drive beyond the deadline; idempotent."""
