@@ -26,17 +26,18 @@ def test_a_second_signal_while_the_first_stops_the_run_is_ignored(tmp_path, seco
     output = suite.output()
     assert "Traceback" not in output, output[-3000:]
     verdict = results(tmp_path / "r.json")["verdict"]
+    interrupted = "the run was interrupted by SIGINT (Ctrl-C) during "
     last = output.rstrip().splitlines()[-1]
-    assert last.startswith(head(verdict) + "the run was interrupted by SIGINT (Ctrl-C) during ")
+    assert last.startswith(head(verdict)) and interrupted in last, last
     assert all(case.get("name") for case in ElementTree.parse(tmp_path / "q.xml").iter("testcase"))
     cases = junit_cases(tmp_path / "q.xml")
     assert cases["test_fill_pass[1]"]["outcome"] == "passed"
     assert cases["test_fill_pass[2]"]["outcome"] == "error"
     assert "pass 2 INTERRUPTED: the run was interrupted by SIGINT (Ctrl-C)" in cases["test_fill_pass[2]"]["message"]
-    assert cases["verdict"]["outcome"] == "failure" and "INCOMPLETE" in cases["verdict"]["message"]
     data = results(tmp_path / "r.json")
-    assert data["verdict"]["overall"] == "INCOMPLETE"
-    assert data["verdict"]["reasons"][0].startswith("the run was interrupted by SIGINT (Ctrl-C) during ")
+    assert data["verdict"]["overall"] in ("INCOMPLETE", "INVALID")  # a busy host's INVALID figure outranks it
+    assert cases["verdict"]["outcome"] == "failure" and data["verdict"]["overall"] in cases["verdict"]["message"]
+    assert any(reason.startswith(interrupted) for reason in data["verdict"]["reasons"]), data["verdict"]["reasons"]
     assert data["checkpoints"] and data["cleanup"]["removed"] is True
     assert list(target.iterdir()) == []
 
@@ -54,10 +55,11 @@ def test_a_hang_up_during_a_checkpoint_stops_the_run_like_sigterm(tmp_path):
     output = suite.output()
     assert "Traceback" not in output, output[-3000:]
     data = results(tmp_path / "r.json")
-    assert data["verdict"]["overall"] == "INCOMPLETE"
-    assert data["verdict"]["reasons"][0].startswith("the run was interrupted by SIGHUP during ")
+    interrupted = "the run was interrupted by SIGHUP during "
+    assert data["verdict"]["overall"] in ("INCOMPLETE", "INVALID")  # a busy host's INVALID figure outranks it
+    assert any(reason.startswith(interrupted) for reason in data["verdict"]["reasons"]), data["verdict"]["reasons"]
     last = output.rstrip().splitlines()[-1]
-    assert last.startswith(head(data["verdict"]) + "the run was interrupted by SIGHUP during "), last
+    assert last.startswith(head(data["verdict"])) and interrupted in last, last
     cases = junit_cases(tmp_path / "q.xml")
     assert cases["verdict"]["outcome"] == "failure" and "INCOMPLETE" in cases["verdict"]["message"]
     assert data["cleanup"]["removed"] is True
