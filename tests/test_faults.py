@@ -277,7 +277,8 @@ def test_an_interrupted_run_is_an_error_in_the_junit_and_incomplete_in_the_resul
     assert process.returncode == 2, output[-2000:]  # pytest's "interrupted"
     by = "SIGINT (Ctrl-C)" if signum == signal.SIGINT else "SIGTERM"
     cases = junit_cases(tmp_path / "q.xml")
-    assert cases["test_fill_pass[1]"]["outcome"] == "passed"
+    first = cases["test_fill_pass[1]"]  # judged before the signal: a busy host may make it INVALID, never FAIL
+    assert first["outcome"] == "passed" or "INVALID" in first["message"], first
     running = cases["test_fill_pass[2]"]
     assert (
         running["outcome"] == "error" and f"pass 2 INTERRUPTED: the run was interrupted by {by}" in running["message"]
@@ -286,12 +287,14 @@ def test_an_interrupted_run_is_an_error_in_the_junit_and_incomplete_in_the_resul
         assert (
             cases[name]["outcome"] == "error" and "NOT_RUN: not run: the run was interrupted" in cases[name]["message"]
         )
-    assert cases["verdict"]["outcome"] == "failure" and "INCOMPLETE" in cases["verdict"]["message"]
-    assert suite_properties(tmp_path / "q.xml")["ckptqual.limits.verdict"] == "INCOMPLETE"
     results = json.loads((tmp_path / "r.json").read_text())
-    assert output.rstrip().splitlines()[-1].startswith(head(results["verdict"]) + "the run was interrupted by")
-    assert results["verdict"]["overall"] == "INCOMPLETE"
-    assert results["verdict"]["reasons"][0].startswith(f"the run was interrupted by {by} during ")
+    overall = results["verdict"]["overall"]
+    assert overall == ("INCOMPLETE" if first["outcome"] == "passed" else "INVALID")  # INVALID outranks INCOMPLETE
+    assert cases["verdict"]["outcome"] == "failure" and overall in cases["verdict"]["message"]
+    assert suite_properties(tmp_path / "q.xml")["ckptqual.limits.verdict"] == overall
+    last = output.rstrip().splitlines()[-1]
+    assert last.startswith(head(results["verdict"])) and f"the run was interrupted by {by} during " in last
+    assert any(r.startswith(f"the run was interrupted by {by} during ") for r in results["verdict"]["reasons"])
     assert results["tests"][next(k for k in results["tests"] if k.endswith("[2]"))]["outcome"] == "INTERRUPTED"
     assert len(results["checkpoints"]) >= 21 and results["cleanup"]["removed"] is True
     assert list(target.iterdir()) == []

@@ -76,9 +76,10 @@ def test_every_junit_case_shows_its_figures_in_system_out_where_gitlab_and_jenki
         figure = judged[number]
         ratio, limit = f"{figure['judged_value']:.4g}", f"{figure['limit_value']:.4g}"
         state = "fresh" if number == 1 else "steady"
+        waits = f" [{figure['waits']}]" if figure["waits"] else ""  # the figure's own threads' waits for a CPU
         assert out[f"test_fill_pass[{number}]"].splitlines() == [
             f"pass {number} PASS: fill_throughput {figure['value']:.4g} GB/s = {ratio} of raw_write >= {limit} of "
-            f"raw_write (pass={number}, state={state})"
+            f"raw_write (pass={number}, state={state}){waits}"
         ]
     assert out["test_restore"].splitlines() == ["restore PASS"]  # no restore limit in this drive file: no figure
     assert out["verdict"].splitlines() == [line(data["verdict"])]
@@ -184,7 +185,7 @@ source = "an impossible limit, to see the failure"
     assert list(target.iterdir()) == []
     pass_1 = next(case for case in ElementTree.parse(tmp_path / "q.xml").iter("testcase") if case.get("line"))
     figures = pass_1.findtext("system-out").splitlines()[0]
-    number, where = r"[0-9.e+-]+", r" \(pass=1, state=fresh\)"
+    number, where = r"[0-9.e+-]+", r" \(pass=1, state=fresh\)( \[threads of ranks waited [^]]+\])?"
     # FAIL, or INVALID where this host's CPUs, not the drive, set the figure (suite_runs.HOST_LIMITED)
     relative = rf"fill_throughput {number} GB/s = {number} of raw_write"
     shape = (rf"pass 1 (FAIL|INVALID): {relative} >= 0\.05 of raw_write( INVALID)?{where}; "
