@@ -10,34 +10,17 @@ from collections.abc import Iterator, Sequence
 from importlib.metadata import version
 from itertools import groupby
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ckptqual.config.outputs import check_report_dir, check_report_inputs
-from ckptqual.config.run_settings import scaled_plan
 from ckptqual.config.table import add_options, setting
 from ckptqual.config.values import SettingsError
 from ckptqual.faults import os_error_line
-from ckptqual.host.leftovers import NothingToClean
-from ckptqual.host.target import (
-    KEPT,
-    LOCK_FILE,
-    TARGET_MARKER,
-    Cleaning,
-    LeftoverRun,
-    Removal,
-    TargetError,
-    clean_target,
-    describe_holder,
-    format_age,
-    format_bytes,
-)
-from ckptqual.plan.formats import DEFAULT_FORMAT, formatted_plan
-from ckptqual.plan.model import CheckpointPlan
-from ckptqual.plan.workloads import WorkloadError, available_workloads, load_workload
 from ckptqual.printable import printable, printable_lines
-from ckptqual.report.compare import CompareError, compare_runs, parse_percentage
-from ckptqual.report.extract import ResultsError, Run, given_labels, labelled, load_run
-from ckptqual.report.mlperf import runs_lines
-from ckptqual.report.terminal import report_sections, verdict_line
+
+if TYPE_CHECKING:  # each command imports what it needs when it runs: --version and --help load none of it
+    from ckptqual.host.target import Cleaning, LeftoverRun, Removal
+    from ckptqual.plan.model import CheckpointPlan
+    from ckptqual.report.extract import Run
 
 
 def _rank_rows(plan: CheckpointPlan) -> Iterator[tuple[str, int, int]]:
@@ -66,6 +49,10 @@ def format_plan(plan: CheckpointPlan) -> str:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """`ckptqual plan WORKLOAD [--scale S] [--json]`."""
+    from ckptqual.config.run_settings import scaled_plan
+    from ckptqual.plan.formats import DEFAULT_FORMAT, formatted_plan
+    from ckptqual.plan.workloads import load_workload
+
     row = setting("scale")
     scale = row.from_command_line(args.scale if args.scale is not None else row.default)
     workload = load_workload(args.workload)
@@ -82,6 +69,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_workloads(args: argparse.Namespace) -> int:
     """`ckptqual workloads`: every shipped workload with its full-scale checkpoint size."""
+    from ckptqual.plan.workloads import available_workloads, load_workload
+
     print(f"{'workload':<24} {'ranks':>6} {'files':>6} {'GB (1e9)':>12} {'GiB (2^30)':>12}")
     for name in available_workloads():
         plan = load_workload(name).plan()
@@ -93,6 +82,8 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 
 def _run_heading(run: LeftoverRun) -> str:
     """'ckptqual-run-... (PID 1234 on host h, 2 h old, did not finish)'."""
+    from ckptqual.host.target import KEPT, format_age
+
     who = f"PID {run.pid} on host {run.host}, " if run.pid is not None else ""
     status = KEPT if run.kept else "did not finish"
     return f"{run.path.name} ({who}{format_age(run.age_s)} old, {status})"
@@ -100,6 +91,8 @@ def _run_heading(run: LeftoverRun) -> str:
 
 def _removal_lines(run: LeftoverRun, removal: Removal) -> list[str]:
     """What was removed from one run directory, then each entry left and why, and each error."""
+    from ckptqual.host.target import format_bytes
+
     verb, leave = ("would remove", "would leave") if removal.dry_run else ("removed", "left")
     files = f"{removal.removed_files} file{'' if removal.removed_files == 1 else 's'}"
     lines = [f"{_run_heading(run)}: {verb} {files}, {format_bytes(removal.removed_bytes)}"]
@@ -110,6 +103,8 @@ def _removal_lines(run: LeftoverRun, removal: Removal) -> list[str]:
 
 def format_cleaning(cleaning: Cleaning) -> str:
     """The report of `ckptqual clean`: per run directory, then the lock file, the marker and a total."""
+    from ckptqual.host.target import LOCK_FILE, TARGET_MARKER, describe_holder
+
     verb = "would remove" if cleaning.dry_run else "removed"
     lines = [line for run, removal in cleaning.runs for line in _removal_lines(run, removal)]
     if cleaning.stale_lock is not None:
@@ -129,6 +124,8 @@ def format_cleaning(cleaning: Cleaning) -> str:
 
 def _cleaning_summary(cleaning: Cleaning) -> str:
     """'/mnt/x: removed 1.31 GB from 1 run directory; 1 entry left (see above)'."""
+    from ckptqual.host.target import format_bytes
+
     removed = format_bytes(sum(removal.removed_bytes for _, removal in cleaning.runs))
     runs = len(cleaning.runs)
     left = sum(len(removal.left) for _, removal in cleaning.runs)
@@ -151,6 +148,9 @@ def _y_ies(count: int) -> str:
 def cmd_clean(args: argparse.Namespace) -> int:
     """`ckptqual clean TARGET [--dry-run]`: 0 when everything of ckptqual's is gone (or there was nothing), 1 when
     something was left."""
+    from ckptqual.host.leftovers import NothingToClean
+    from ckptqual.host.target import clean_target
+
     try:
         cleaning = clean_target(Path(args.target), dry_run=args.dry_run)
     except NothingToClean as nothing:
@@ -162,6 +162,8 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 def cmd_summary(args: argparse.Namespace) -> int:
     """`ckptqual summary RESULTS.json`: the run's terminal report again, from its record; 0 only if QUALIFIED."""
+    from ckptqual.report.terminal import report_sections, verdict_line
+
     data = _load_results(Path(args.results))
     for title, lines in report_sections(data):
         print(f"== {title} ==", *lines, sep="\n")
@@ -170,11 +172,15 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _load_results(path: Path) -> dict:
+    from ckptqual.report.extract import load_run
+
     return load_run(path).data
 
 
 def _labelled_runs(files: list[str], pairs: list[str] | None) -> list[Run]:
     """The results files' runs, each labelled by --label LABEL=FILE where given, else by its drive and serial."""
+    from ckptqual.report.extract import given_labels, labelled, load_run
+
     paths = [Path(file) for file in files]
     given = given_labels(pairs or [], paths)
     return labelled([load_run(path) for path in paths], given)
@@ -182,6 +188,8 @@ def _labelled_runs(files: list[str], pairs: list[str] | None) -> list[Run]:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """`ckptqual report RESULTS.json [MORE.json ...] -o DIR`: figures and one self-contained HTML page."""
+    from ckptqual.config.outputs import check_report_dir, check_report_inputs
+    from ckptqual.report.extract import given_labels, load_run
     from ckptqual.report.html import write_report  # matplotlib loads only for this command
     from ckptqual.report.labels import short_labelled
 
@@ -202,6 +210,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """`ckptqual compare BASE.json NEW.json`: 0 when every required metric was judged and resolved and none regressed,
     1 when a metric regressed beyond its noise band and the allowance, 3 when a required metric was not judged or not
     resolved (report.gate)."""
+    from ckptqual.report.compare import compare_runs, parse_percentage
+
     allowed = parse_percentage(args.max_regression)
     base, new = _labelled_runs([args.base, args.new], args.label)
     comparison = compare_runs(base, new, allowed, args.metric, args.require)
@@ -211,6 +221,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_mlperf(args: argparse.Namespace) -> int:
     """`ckptqual mlperf RESULTS.json [MORE.json ...]`: MLPerf Storage's checkpoint metrics per run and their mean."""
+    from ckptqual.report.extract import load_run
+    from ckptqual.report.mlperf import runs_lines
+
     print(*printable_lines(runs_lines([load_run(Path(path)) for path in args.results])), sep="\n")
     return 0
 
@@ -290,6 +303,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; a bad value prints one line to stderr and returns 2."""
     args = build_parser().parse_args(argv)
+    from ckptqual.host.target import TargetError
+    from ckptqual.plan.workloads import WorkloadError
+    from ckptqual.report.compare import CompareError
+    from ckptqual.report.extract import ResultsError
+
     try:
         return args.func(args)
     except (SettingsError, WorkloadError, TargetError, ResultsError, CompareError) as err:

@@ -1,4 +1,6 @@
-"""The ckptqual pytest plugin (entry point `pytest11: ckptqual`): wiring only, one module per concern."""
+"""The ckptqual pytest plugin (entry point `pytest11: ckptqual`): one QualificationSession (session.py) holds the
+run's state and ends the session; the other modules are wiring, one per concern. Loading it imports none of the run's
+own modules (torch, the engines, Hypothesis, matplotlib): they load when a qualification test or its fixture runs."""
 
 pytest_plugins = [
     "ckptqual.pytest_plugin.junit",
@@ -6,10 +8,8 @@ pytest_plugins = [
     "ckptqual.pytest_plugin.drives",
     "ckptqual.pytest_plugin.run",
     "ckptqual.pytest_plugin.selection",
-    "ckptqual.pytest_plugin.interruption",
     "ckptqual.pytest_plugin.conclusion",
-    "ckptqual.pytest_plugin.verdicts",
     "ckptqual.pytest_plugin.sweep",
     "ckptqual.pytest_plugin.benchmarks",
-    "ckptqual.pytest_plugin.report",
+    "ckptqual.pytest_plugin.session",
 ]

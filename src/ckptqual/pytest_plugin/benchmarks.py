@@ -6,30 +6,24 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Generator
 from typing import Any
 
 import pytest
 
 from ckptqual.pytest_plugin.clock import CLOCK, FigureClock, figure_clock, time_figures
-from ckptqual.pytest_plugin.options import DRIVE, resolved_runs
+from ckptqual.pytest_plugin.held import session_of
+from ckptqual.pytest_plugin.options import DRIVE
 
 try:
     from pytest_benchmark.session import PerformanceRegression
 except ImportError:  # pytest-benchmark is a dependency; without it there is nothing to fit
     PerformanceRegression = None
 
-_SESSION = pytest.StashKey[pytest.Session]()
-_SAVED = pytest.StashKey[list[dict[str, Any]]]()  # the saved runs this run is compared against
-_NOW = pytest.StashKey[dict[str, dict[str, Any]]]()  # this run's extra_info by benchmark fullname
 LAYOUTS_FIXTURE = "layout_strategy"
 ROUNDS_FIXTURE = "rounds_runner"  # a test whose rounds are a pass's checkpoints or a restore's
 # Where each benchmark keeps its rate in extra_info, first match wins, and its unit.
 RATES = (("mean_checkpoint_GBps", "GB/s"), ("throughput_GBps", "GB/s"), ("GiBps", "GiB/s"), ("slowest_ratio", "ratio"))
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    session.config.stash[_SESSION] = session
+NOW_SOURCES = ("NOW", None, False)  # pytest-benchmark's `source` of this run's rows (NOW only beside a saved run)
 
 
 def run_name(data: dict[str, Any]) -> str:
@@ -41,28 +35,32 @@ def run_name(data: dict[str, Any]) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
 
-def _records(config: pytest.Config) -> dict[str | None, dict[str, Any]]:
-    """The record of each drive begun in this process, by label (None: the run's one drive)."""
-    return {run.label: run.record.data for run in resolved_runs(config) if run.record is not None}
-
-
 def _runs_name(records: dict[str | None, dict[str, Any]]) -> str:
     """The run's name: its drive's (run_name), or with several drives each one's after its label, joined."""
     return "-".join((f"{label}." if label else "") + run_name(data) for label, data in records.items())[:120]
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
-    """Before pytest-benchmark saves: an autosaved run is named after the drive and firmware, then the commit."""
-    records = _records(session.config)
-    benchmarks = getattr(session.config, "_benchmarksession", None)  # pytest-benchmark's session object
+def name_autosave(config: pytest.Config, records: dict[str | None, dict[str, Any]]) -> None:
+    """Before pytest-benchmark saves: an autosaved run is named after the drive and firmware, then the commit.
+    pytest-benchmark has no public way to name the file it saves (it would need a hook such as
+    `pytest_benchmark_update_save_name(config, name)`), so this sets its session's `autosave`."""
+    benchmarks = getattr(config, "_benchmarksession", None)  # private: see above
     if records and benchmarks is not None and benchmarks.autosave and not benchmarks.save:
         benchmarks.autosave = f"{_runs_name(records)}_{benchmarks.autosave}"
-    return (yield)
+
+
+def quiet_table(config: pytest.Config, qualifying: bool) -> None:
+    """pytest-benchmark's table is shown for -v or a comparison: a plain qualification ends with the summary and the
+    verdict. pytest-benchmark reads --benchmark-quiet once, when it starts, and has no public way to leave its table
+    out later (it would need, say, a `pytest_benchmark_show_table(config)` hook), so this sets its session's `quiet`."""
+    benchmarks = getattr(config, "_benchmarksession", None)  # private: see above
+    asked = config.get_verbosity() > 0 or config.getoption("benchmark_compare", None)
+    if benchmarks is not None and qualifying and not asked:
+        benchmarks.quiet = True
 
 
 def pytest_benchmark_update_commit_info(config: pytest.Config, commit_info: dict[str, Any]) -> None:
-    records = _records(config)
+    records = session_of(config).records()
     if records:
         drives = {
             label: {key: data.get("drive", {}).get(key) for key in ("model", "serial", "firmware")}
@@ -73,15 +71,14 @@ def pytest_benchmark_update_commit_info(config: pytest.Config, commit_info: dict
 
 
 def pytest_benchmark_compare_machine_info(config: pytest.Config, compared_benchmark: dict[str, Any]) -> None:
-    config.stash.setdefault(_SAVED, []).append(compared_benchmark)
+    session_of(config).compared.append(compared_benchmark)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_benchmark_group_stats(config: pytest.Config, benchmarks: list[dict[str, Any]], group_by: str):
-    """Keeps this run's extra_info by benchmark (a compared row carries the current extra_info, not the saved)."""
-    config.stash[_NOW] = {
-        b["fullname"]: b.get("extra_info", {}) for b in benchmarks if b.get("source") in ("NOW", None, False)
-    }
+    """Keeps the rows pytest-benchmark compares: this run's (a compared row carries the current extra_info, not the
+    saved) and the saved runs', each with its statistics."""
+    session_of(config).benchmark_rows = list(benchmarks)
     return (yield)
 
 
@@ -93,8 +90,13 @@ def rate(extra_info: dict[str, Any]) -> tuple[str, float, str] | None:
     return None
 
 
+def _now(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """This run's rows by benchmark fullname."""
+    return {row["fullname"]: row for row in rows if row.get("source") in NOW_SOURCES}
+
+
 def comparison_lines(saved: list[dict[str, Any]], now: dict[str, dict[str, Any]]) -> list[str]:
-    """Per saved run, each benchmark's rate then and now, and the change."""
+    """Per saved run, each benchmark's rate then and now, and the change (`now`: this run's extra_info by name)."""
     lines = []
     for run in saved:
         info = run.get("commit_info", {})
@@ -113,51 +115,47 @@ def comparison_lines(saved: list[dict[str, Any]], now: dict[str, dict[str, Any]]
     return lines
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> Generator[None, None, None]:
-    """After pytest-benchmark's table: the rates compared; a regression it raises becomes one failing line. The
-    table itself is shown for -v or a comparison: a plain qualification ends with the summary and the verdict."""
-    benchmarks = getattr(config, "_benchmarksession", None)
-    asked = config.get_verbosity() > 0 or config.getoption("benchmark_compare", None)
-    if benchmarks is not None and _records(config) and not asked:
-        benchmarks.quiet = True
-    regression = None
-    try:
-        yield
-    except Exception as error:
-        if PerformanceRegression is None or not isinstance(error, PerformanceRegression):
-            raise
-        regression = error
-    saved = config.stash.get(_SAVED, [])
-    if saved:
-        terminalreporter.section("ckptqual benchmark comparison (rates from extra_info)")
-        for line in comparison_lines(saved, config.stash.get(_NOW, {})):
-            terminalreporter.write_line(line)
-    if regression is not None:
-        found = getattr(getattr(config, "_benchmarksession", None), "performance_regressions", [])
-        which = ", ".join(_regression_text(name, why) for name, why in found) or str(regression)
-        terminalreporter.write_line(
-            f"ckptqual: FAIL: pytest-benchmark: {len(found)} benchmark(s) regressed beyond --benchmark-compare-fail "
-            f"against the saved run: {which}",
-            red=True,
-            bold=True,
-        )
-        session = config.stash.get(_SESSION, None)
-        if session is not None and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+def write_comparison(terminalreporter: Any, saved: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    """The rates of this run's benchmarks against each saved run's, after pytest-benchmark's table."""
+    if not saved:
+        return
+    terminalreporter.section("ckptqual benchmark comparison (rates from extra_info)")
+    now = {name: row.get("extra_info", {}) for name, row in _now(rows).items()}
+    for line in comparison_lines(saved, now):
+        terminalreporter.write_line(line)
 
 
-_CHECK = re.compile(r"Field '(\w+)' has failed (\w+)RegressionCheck: ([-\d.e+]+) > ([-\d.e+]+)")
+def is_regression(error: BaseException) -> bool:
+    """Whether `error` is pytest-benchmark's PerformanceRegression, raised from its summary under
+    --benchmark-compare-fail."""
+    return PerformanceRegression is not None and isinstance(error, PerformanceRegression)
 
 
-def _regression_text(name: str, why: str) -> str:
-    """'test_fill_pass[2] mean +62.9% > 5%' from pytest-benchmark's 'Field 'mean' has failed ...' line."""
-    match = _CHECK.search(why)
-    if match is None:
-        return f"{name}: {why}"
-    field, kind, value, threshold = match.groups()
-    unit = "%" if kind == "Percentage" else " s"
-    return f"{name.split(' (')[0]} {field} +{float(value):.1f}{unit} > {float(threshold):g}{unit}"
+def regressions(config: pytest.Config, rows: list[dict[str, Any]]) -> list[str]:
+    """'test_fill_pass[2] mean +62.9% > 5%' for each field of a benchmark beyond its --benchmark-compare-fail check
+    against a saved run: the checks as the option parsed them, applied to the rows pytest-benchmark compared."""
+    now, found = _now(rows), []
+    for saved in (row for row in rows if row.get("source") not in NOW_SOURCES):
+        current = now.get(saved["fullname"])
+        for check in (config.getoption("benchmark_compare_fail", None) or []) if current is not None else []:
+            value = check.compute(current, saved)
+            if value > check.threshold:
+                unit = "%" if type(check).__name__.startswith("Percentage") else " s"
+                found.append(f"{saved['name']} {check.field} +{value:.1f}{unit} > {check.threshold:g}{unit}")
+    return found
+
+
+def write_regressions(
+    terminalreporter: Any, config: pytest.Config, rows: list[dict[str, Any]], error: Exception
+) -> None:
+    """pytest-benchmark's regression as one failing line, naming each field beyond its check."""
+    found = regressions(config, rows)
+    terminalreporter.write_line(
+        f"ckptqual: FAIL: pytest-benchmark: {len(found)} benchmark(s) regressed beyond --benchmark-compare-fail "
+        f"against the saved run: {', '.join(found) or error}",
+        red=True,
+        bold=True,
+    )
 
 
 def host_bound_rounds(results: list[Any]) -> list[int]:

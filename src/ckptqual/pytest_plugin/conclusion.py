@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Generator, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -17,7 +18,9 @@ from ckptqual.pytest_plugin.drives import crashed_before
 from ckptqual.pytest_plugin.junit import LINE_PROPERTY
 from ckptqual.pytest_plugin.options import DRIVE
 from ckptqual.pytest_plugin.run import SUBJECT
-from ckptqual.runs.qualification import Qualification
+
+if TYPE_CHECKING:
+    from ckptqual.runs.qualification import Qualification
 
 _CONCLUSION = pytest.StashKey[Conclusion]()
 _RETURNED = pytest.StashKey[bool]()

@@ -11,7 +11,8 @@ import pytest
 
 from ckptqual.host.topology import disks_under, shared_disks, shared_parents
 from ckptqual.limits.verdict import RunVerdict, combined_verdict
-from ckptqual.pytest_plugin.drives import INDEX, gathered_rows
+from ckptqual.pytest_plugin.drives import gathered_rows
+from ckptqual.pytest_plugin.held import session_of
 from ckptqual.pytest_plugin.junit import report_health, report_verdict
 from ckptqual.pytest_plugin.options import DriveRun
 from ckptqual.report.drives import drive_row, drives_index, shared_host
@@ -33,7 +34,7 @@ def report_drives(session: pytest.Session, runs: list[DriveRun], interruption: s
     run_verdict = combined_verdict(verdicts)
     shared = shared_host(rows, len(os.sched_getaffinity(0)), *shared_hardware(rows))
     index = drives_index(rows, shared, run_verdict.to_dict())
-    config.stash[INDEX] = index
+    session_of(config).index = index
     results = config.getoption("results")
     if results:
         record = RunRecord(Path(results))  # its atomic save; of the rest, only the environment

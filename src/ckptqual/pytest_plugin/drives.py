@@ -15,23 +15,12 @@ import pytest
 from ckptqual.config.drives import drive_targets
 from ckptqual.config.run_settings import RunSettings
 from ckptqual.config.values import SettingsError
+from ckptqual.pytest_plugin.held import session_of
 from ckptqual.pytest_plugin.options import DRIVE, DriveRun, drive_runs
-from ckptqual.report.drives import crashed_row, drive_row, missing_row
-from ckptqual.report.record import RunRecord
-
-try:
-    from xdist.scheduler import LoadScopeScheduling
-except ImportError:  # pytest-xdist is a dependency; without it there is no -n to schedule
-    LoadScopeScheduling = object
 
 DRIVE_ARG = "ckptqual_drive"
-INDEX = pytest.StashKey[dict[str, Any]]()  # the index of a run over several drives (report.drives), once made
-_ROWS = pytest.StashKey[dict[str, dict[str, Any]]]()  # each drive's row, as the workers sent them
-_SELECTED = pytest.StashKey[set[str]]()  # the drives whose tests some worker had selected
-_CRASHES = pytest.StashKey[dict[str, str]]()  # why a drive's verdict cannot stand: its worker died in one of its tests
 _ROWS_KEY, _SELECTED_KEY, _CRASHED_KEY = "ckptqual_drives", "ckptqual_selected", "ckptqual_crashed"
 _ORDER = pytest.StashKey[int]()  # a test's place in the collection
-_COLLECTED = pytest.StashKey[int]()
 
 
 def names_the_qualification(config: pytest.Config) -> bool:
@@ -88,8 +77,9 @@ def parametrize_by_drive(
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Notes the order of collection, which pytest's grouping of session-scoped parameters does not keep."""
-    item.stash[_ORDER] = item.config.stash.get(_COLLECTED, 0)
-    item.config.stash[_COLLECTED] = item.stash[_ORDER] + 1
+    held = session_of(item.config)
+    item.stash[_ORDER] = held.collected_count
+    held.collected_count += 1
 
 
 def group_by_drive(items: list[pytest.Item], selected: Iterable[pytest.Item], runs: list[DriveRun]) -> None:
@@ -113,6 +103,8 @@ def selected_runs(items: Iterable[pytest.Item]) -> list[DriveRun]:
 
 def send_rows(config: pytest.Config, runs: list[DriveRun], selected: list[DriveRun]) -> None:
     """A worker's drives, as rows of the side-by-side table, back to the controller (config.workeroutput)."""
+    from ckptqual.report.drives import drive_row
+
     rows = {run.label: drive_row(run.label, run.record.data) for run in runs if run.record is not None}
     config.workeroutput[_ROWS_KEY] = json.loads(json.dumps(rows, default=str))
     config.workeroutput[_SELECTED_KEY] = [run.label for run in selected]
@@ -122,8 +114,10 @@ def gathered_rows(config: pytest.Config, runs: list[DriveRun], interruption: str
     """On the controller, each selected drive's row (every drive's, if the run was interrupted): as its worker sent
     it, else from its results file, else a row saying that nothing came back; a drive whose worker crashed is at best
     INCOMPLETE, with the crash first (after the interruption, where the run was interrupted: a worker may die of it)."""
-    rows, selected = config.stash.get(_ROWS, {}), config.stash.get(_SELECTED, set())
-    crashes = config.stash.get(_CRASHES, {})
+    from ckptqual.report.drives import crashed_row, drive_row, missing_row
+
+    held = session_of(config)
+    rows, selected, crashes = held.rows, held.selected, held.crashes
     unjudged = f"{interruption} before the drive's worker recorded a verdict" if interruption else None
     found = []
     for run in runs:
@@ -141,13 +135,12 @@ def gathered_rows(config: pytest.Config, runs: list[DriveRun], interruption: str
     return found
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
+def settle_drive_files(index: dict[str, Any]) -> None:
     """After the workers ended (xdist ends them at session finish): each drive's verdict, as the controller gave it,
     goes into the drive's results file where that file says otherwise or nothing (its worker crashed, or was stopped
     by Ctrl-C before its verdict reached the controller), so that every drive's file says what the gate says."""
-    index = config.stash.get(INDEX, None)
-    if index is None or is_worker(config):
-        return
+    from ckptqual.report.record import RunRecord
+
     for row in index["drives"].values():
         path = Path(row["results"]) if row["results"] else None
         if path is None or not path.is_file():
@@ -167,7 +160,7 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
         return
     worker = report.node.gateway.id  # xdist's crash report carries the worker that died
     target = drive_run(sched.config, label).settings.target
-    sched.config.stash.setdefault(_CRASHES, {})[label] = (
+    session_of(sched.config).crashes[label] = (
         f"worker {worker} crashed while running {crashitem} (its process died: killed, or out of memory; see dmesg), "
         f"so the drive was not qualified in one run; remove what it left with `ckptqual clean {target}` and qualify "
         f"the drive again"
@@ -177,7 +170,7 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """Tells each worker as it starts (one replacing a crashed worker too) whose drives' workers crashed."""
-    node.workerinput[_CRASHED_KEY] = dict(node.config.stash.get(_CRASHES, {}))
+    node.workerinput[_CRASHED_KEY] = dict(session_of(node.config).crashes)
 
 
 def crashed_before(config: pytest.Config, label: str | None) -> str | None:
@@ -190,8 +183,9 @@ def crashed_before(config: pytest.Config, label: str | None) -> str | None:
 def pytest_testnodedown(node: Any, error: object) -> None:
     """Keeps what a worker sent back about its drives."""
     output = getattr(node, "workeroutput", None) or {}
-    node.config.stash.setdefault(_ROWS, {}).update(output.get(_ROWS_KEY, {}))
-    node.config.stash.setdefault(_SELECTED, set()).update(output.get(_SELECTED_KEY, []))
+    held = session_of(node.config)
+    held.rows.update(output.get(_ROWS_KEY, {}))
+    held.selected.update(output.get(_SELECTED_KEY, []))
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own count
@@ -210,19 +204,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With several drives, whatever --dist says: each drive's tests are one work unit of one worker."""
     if names_the_qualification(config) and len(drive_runs(config)) > 1:
+        from ckptqual.pytest_plugin.scheduling import DriveScheduling  # xdist's schedulers load only for this
+
         return DriveScheduling(config, log)
     return None
-
-
-class DriveScheduling(LoadScopeScheduling):
-    """xdist's load-scope scheduling with one scope per drive: all tests of a drive are one work unit, which one
-    worker runs in their order, one test at a time, so a drive's tests never overlap (with fewer workers than drives
-    a worker takes the next drive near the end of its own, xdist's rule, and qualifies it after)."""
-
-    def _split_scope(self, nodeid: str) -> str:
-        """The drive whose label opens the test's id (`nvme1` in `...::test_fill_pass[nvme1-2]`), else the test."""
-        label = drive_of(nodeid, self.config)
-        return f"drive {label}" if label is not None else nodeid
 
 
 def drive_of(nodeid: str, config: pytest.Config) -> str | None:

@@ -1,5 +1,5 @@
-"""An interrupted run: which test was running and what interrupted the session, and an error test case for the test
-it stopped in and for each it never reached."""
+"""An interrupted run: an error test case for the test it stopped in and for each it never reached (the session
+object notes which test was running and what interrupted it)."""
 
 from __future__ import annotations
 
@@ -7,50 +7,16 @@ import pytest
 
 from ckptqual.host import gpu
 from ckptqual.limits.limits import Outcome
+from ckptqual.pytest_plugin.held import session_of
 from ckptqual.pytest_plugin.junit import LINE_PROPERTY, report_case
 from ckptqual.pytest_plugin.options import DRIVE, DriveRun
 from ckptqual.pytest_plugin.run import SUBJECT
-
-_TRACKER = "ckptqual-session-tracker"
-
-
-class SessionTracker:
-    """Which test is running and what interrupted the session, for the report of an interrupted run."""
-
-    def __init__(self) -> None:
-        self.running: str | None = None
-        self.interrupted_by: str | None = None
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
-        self.running = item.nodeid
-
-    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo) -> None:
-        message = str(excinfo.value)
-        self.interrupted_by = message.removeprefix("signal ") if message.startswith("signal ") else "SIGINT (Ctrl-C)"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(SessionTracker(), _TRACKER)
-
-
-def _tracker(config: pytest.Config) -> SessionTracker:
-    return config.pluginmanager.get_plugin(_TRACKER)
-
-
-def interruption(session: pytest.Session, exitstatus: int) -> str | None:
-    """What interrupted the session and during which test, in words; None when it was not interrupted."""
-    if exitstatus != pytest.ExitCode.INTERRUPTED:
-        return None
-    tracker = _tracker(session.config)
-    by = tracker.interrupted_by or "an interrupt"
-    return f"the run was interrupted by {by}" + (f" during {tracker.running}" if tracker.running else "")
 
 
 def report_unfinished(session: pytest.Session, run: DriveRun, interruption: str) -> None:
     """An error test case for the drive's test that was running and for each that did not run, as the JUnit XML
     shows."""
-    running = _tracker(session.config).running
+    running = session_of(session.config).running
     record = run.record
     for item in (item for item in session.items if item.stash.get(DRIVE, None) is run):
         done = record.data["tests"].get(item.nodeid, {}).get("when") == "call"

@@ -4,7 +4,7 @@ Jenkins display (they drop properties); the run's suite properties (verdict, its
 verdict test case.
 
 pytest offers no public way to add suite properties or `<system-out>` from a hook, so both are added to the file
-after pytest wrote it (`pytest_sessionfinish`, wrapped); the test cases themselves go through pytest's own reports.
+after pytest wrote it (`rewrite`, a step of the end of the session); the test cases go through pytest's own reports.
 pytest's writer follows a link and blocks on a FIFO: it writes into a private temporary directory instead, and the
 XML reaches the --junitxml path through ckptqual's own write (output_file), checked before the run."""
 
@@ -16,30 +16,30 @@ import os
 import sys
 import tempfile
 import xml.etree.ElementTree as ElementTree
-from collections.abc import Generator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ckptqual.config.outputs import JUNIT_FIX, check_file
 from ckptqual.config.values import SettingsError
 from ckptqual.faults import os_error_line
-from ckptqual.limits.verdict import Overall, RunVerdict
 from ckptqual.output_file import write_file
 from ckptqual.printable import printable
+from ckptqual.pytest_plugin.held import session_of
+
+if TYPE_CHECKING:
+    from ckptqual.limits.verdict import RunVerdict
+    from ckptqual.pytest_plugin.session import QualificationSession
 
 VERDICT_NODEID = "ckptqual::verdict"
 LINE_PROPERTY = "ckptqual.line"  # a test case's one line, copied into its <system-out>
-_PROPERTIES = pytest.StashKey[list[tuple[str, str]]]()
-_XML_PATH = pytest.StashKey[Path]()
-_PYTESTS_XML = pytest.StashKey[Path]()  # where pytest writes it: a file in a directory of ckptqual's own
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's junitxml plugin reads --junitxml
 def pytest_configure(config: pytest.Config) -> None:
     """Where the JUnit XML goes, resolved as pytest resolves it (before any test may change directory) and checked
     (UsageError); pytest writes it into a private temporary directory. An xdist worker writes none."""
-    config.stash[_PROPERTIES] = []
     path = _xml_path(config)
     if path is None:
         return
@@ -47,14 +47,15 @@ def pytest_configure(config: pytest.Config) -> None:
         check_file("--junitxml", path, [], JUNIT_FIX, make_parent=True)
     except SettingsError as error:
         raise pytest.UsageError(str(error)) from None
-    config.stash[_XML_PATH] = path
-    config.stash[_PYTESTS_XML] = Path(tempfile.mkdtemp(prefix="ckptqual-junit-")) / path.name
-    config.option.xmlpath = str(config.stash[_PYTESTS_XML])
+    held = session_of(config)
+    held.junit_path = path
+    held.pytests_junit = Path(tempfile.mkdtemp(prefix="ckptqual-junit-")) / path.name
+    config.option.xmlpath = str(held.pytests_junit)
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
+def remove_private_copy(held: QualificationSession) -> None:
     """Removes the private directory pytest's XML went to (and the XML, if still there)."""
-    written = config.stash.get(_PYTESTS_XML, None)
+    written = held.pytests_junit
     if written is not None:
         with contextlib.suppress(OSError):
             written.unlink(missing_ok=True)
@@ -63,7 +64,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def junit_path(config: pytest.Config) -> Path | None:
     """Where the run's JUnit XML goes: --junitxml, absolute; None where none is written (none given, a worker)."""
-    return config.stash.get(_XML_PATH, None) or _xml_path(config)
+    return session_of(config).junit_path or _xml_path(config)
 
 
 def _xml_path(config: pytest.Config) -> Path | None:
@@ -87,6 +88,8 @@ def refused_junit(config: pytest.Config, refusal: str) -> None:
     targets = [Path(target).absolute() for target in (given if isinstance(given, list) else [given])]
     if any(not target.is_dir() or junit.is_relative_to(target.resolve()) for target in targets):
         return
+    from ckptqual.limits.verdict import Overall, RunVerdict
+
     reason = f"the run was refused before it started: {refusal}"
     line = RunVerdict(Overall.INCOMPLETE, (reason,)).line()
     root = ElementTree.Element("testsuites", name="pytest tests")
@@ -104,7 +107,7 @@ def refused_junit(config: pytest.Config, refusal: str) -> None:
 
 def suite_property(config: pytest.Config, name: str, value: str) -> None:
     """A property of the JUnit XML's test suite."""
-    config.stash[_PROPERTIES].append((name, value))
+    session_of(config).suite_properties.append((name, value))
 
 
 def report_health(config: pytest.Config, message: str | None, label: str | None = None) -> None:
@@ -150,22 +153,20 @@ def report_case(
     hook(report=teardown)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]:
+def rewrite(session: pytest.Session) -> None:
     """Once pytest has written the JUnit XML: the suite properties and each case's line as its <system-out>."""
-    result = yield
     config = session.config
-    path, written = config.stash.get(_XML_PATH, None), config.stash.get(_PYTESTS_XML, None)
+    held = session_of(config)
+    path, written = held.junit_path, held.pytests_junit
     if path is not None and written is not None and written.is_file():
         tree = ElementTree.parse(written)
-        amend(tree, config.stash[_PROPERTIES])
+        amend(tree, held.suite_properties)
         try:
             _write(tree, path)
         except OSError as error:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
             sys.stderr.write(f"ckptqual: the JUnit XML was not written: {os_error_line(error, 'write')}\n")
         _name_in_summary(config, written, path)
-    return result
 
 
 def _name_in_summary(config: pytest.Config, written: Path, path: Path) -> None:

@@ -6,21 +6,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ckptqual.config.drives import drive_targets
-from ckptqual.config.outputs import check_apart
-from ckptqual.config.run_settings import RunSettings, resolve_drive, resolve_settings
-from ckptqual.config.space import check_ceiling, check_inodes, check_space
 from ckptqual.config.table import SETTINGS, add_options
 from ckptqual.config.values import SettingsError
 from ckptqual.host import gpu
-from ckptqual.limits.verdict import RunVerdict
+from ckptqual.pytest_plugin.held import session_of
 from ckptqual.pytest_plugin.junit import junit_path
-from ckptqual.report.record import RunRecord
-from ckptqual.runs.calibration import measure_ceiling
-from ckptqual.runs.qualification import Qualification
+
+if TYPE_CHECKING:  # the run's own modules load when a drive is qualified, not with the plugin
+    from ckptqual.config.run_settings import RunSettings
+    from ckptqual.limits.verdict import RunVerdict
+    from ckptqual.report.record import RunRecord
+    from ckptqual.runs.qualification import Qualification
 
 
 @dataclass
@@ -39,6 +40,8 @@ class DriveRun:
 
     def begin(self) -> RunRecord:
         """The drive's record, begun the first time it is asked for, before its run touches the target."""
+        from ckptqual.report.record import RunRecord
+
         if self.record is None:
             self.record = RunRecord.begin(self.settings)
             if self.ceiling is not None:
@@ -48,15 +51,16 @@ class DriveRun:
     def check_ceiling(self) -> None:
         """Measures the suite's own speed on memory, records the ceiling it gives this drive and refuses (SettingsError)
         an absolute minimum above it; before any I/O on the target."""
+        from ckptqual.config.space import check_ceiling
+        from ckptqual.runs.calibration import measure_ceiling  # loads the engines (torch among them)
+
         self.ceiling, ceilings = measure_ceiling(self.settings.engine, self.settings.drives_at_once)
         if self.record is not None:
             self.record.ceiling(self.ceiling)
         check_ceiling(self.settings, ceilings)
 
 
-_DRIVES = pytest.StashKey[list[DriveRun] | SettingsError]()
 DRIVE = pytest.StashKey[DriveRun]()  # the drive a qualification test qualifies
-REFUSED = pytest.StashKey[str]()  # why a run over one drive was refused at collection, before it started
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -70,12 +74,13 @@ def pytest_configure(config: pytest.Config) -> None:
 def drive_runs(config: pytest.Config) -> list[DriveRun]:
     """The run's drives, resolved once; a bad option, drive file or target list is a usage error, and so is a
     refused or too small target when it is the only one."""
-    if _DRIVES not in config.stash:
+    held = session_of(config)
+    if held.drives is None:
         try:
-            config.stash[_DRIVES] = _resolve(config)
+            held.drives = _resolve(config)
         except SettingsError as error:
-            config.stash[_DRIVES] = error
-    resolved = config.stash[_DRIVES]
+            held.drives = error
+    resolved = held.drives
     if isinstance(resolved, SettingsError):
         raise pytest.UsageError(str(resolved))
     return resolved
@@ -83,13 +88,16 @@ def drive_runs(config: pytest.Config) -> list[DriveRun]:
 
 def resolved_runs(config: pytest.Config) -> list[DriveRun]:
     """The run's drives where they were resolved without a usage error, else none (for hooks that run anyway)."""
-    resolved = config.stash.get(_DRIVES, None)
+    resolved = session_of(config).drives
     return resolved if isinstance(resolved, list) else []
 
 
 def _resolve(config: pytest.Config) -> list[DriveRun]:
     """Each drive's settings, then its outputs (pytest's JUnit XML among them) apart from every target and each
     other."""
+    from ckptqual.config.outputs import check_apart
+    from ckptqual.config.run_settings import resolve_drive, resolve_settings
+
     options = {row.name: config.getoption(row.name) for row in SETTINGS if row.flag}
     targets = drive_targets(options["target"], options["drive"])
     if len(targets) == 1:
@@ -182,9 +190,12 @@ def leave_out_parts(items: Iterable[pytest.Item], run: RunSettings) -> list[pyte
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what will not run
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skips the tests of parts the run leaves out, and refuses, before any I/O, a run whose selected parts do not
-    fit the target at once; with several drives, a drive whose target is too small fails alone (run.py)."""
+    fit the target at once (from the file system's free space, with no I/O); with several drives, a drive whose
+    target is too small fails alone (run.py). The suite's own ceiling is measured only for a run that runs tests."""
     if not any(item.get_closest_marker("qualification") for item in items):
         return
+    from ckptqual.config.space import check_inodes, check_space
+
     runs = drive_runs(config)
     for run in runs:
         running = leave_out_parts([item for item in items if item.stash.get(DRIVE, runs[0]) is run], run.settings)
@@ -195,10 +206,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             parts = selected_parts(running)
             check_space(run.settings, parts)
             check_inodes(run.settings, parts)
-            run.check_ceiling()
+            if not config.option.collectonly:  # --collect-only runs nothing: no calibration
+                run.check_ceiling()
         except SettingsError as error:
             if len(runs) == 1:
-                config.stash[REFUSED] = str(error)
+                session_of(config).refused = str(error)
                 raise pytest.UsageError(str(error)) from None
             run.problem = str(error)
     if len(runs) > 1:  # the drives that cannot run share nothing

@@ -1,23 +1,40 @@
 """`--report-dir DIR`: the figures and the HTML page of `ckptqual report`, written at the end of the run from the
 run's record as the results JSON holds it; with several drives, one subfolder DIR/LABEL per drive and, in DIR, the
-page of all the drives side by side."""
+page of all the drives side by side; and the run's summary in the terminal. Steps of the end of the session
+(session.QualificationSession)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ckptqual.pytest_plugin.drives import INDEX, is_worker
+from ckptqual.pytest_plugin.drives import is_worker
+from ckptqual.pytest_plugin.held import session_of
 from ckptqual.pytest_plugin.options import resolved_runs
 from ckptqual.pytest_plugin.run import say
 from ckptqual.report.extract import ResultsError, Run, load_run
-from ckptqual.report.record import RunRecord
+from ckptqual.report.terminal import report_sections
+
+if TYPE_CHECKING:
+    from ckptqual.report.record import RunRecord
 
 
-@pytest.hookimpl(trylast=True)  # after the verdict is in the record (verdicts.py)
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+def write_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The run's summary (report.terminal), from the index of its drives or the record of its one drive."""
+    runs = resolved_runs(config)
+    data = session_of(config).index or (runs[0].record.data if len(runs) == 1 and runs[0].record else None)
+    for title, lines in report_sections(data) if data is not None else []:
+        terminalreporter.section(title)
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+def draw_reports(session: pytest.Session) -> None:
+    """Each drive's figures and page where it has a --report-dir, and with several drives the page of them all;
+    once the verdict is in the records."""
     for run in resolved_runs(session.config):
         if run.record is not None and run.settings.report_dir is not None:
             _write(session.config, run.record, Path(run.settings.report_dir), run.label)
@@ -44,7 +61,7 @@ def _write(config: pytest.Config, record: RunRecord, directory: Path, label: str
 def _write_drives(config: pytest.Config, directory: Path) -> None:
     """The page of every drive side by side in `directory`, from the records this process holds and the results
     files of the drives other processes qualified; a drive with neither is named as left out."""
-    index = config.stash.get(INDEX, None)
+    index = session_of(config).index
     if index is None:
         return
     records = {run.label: run.record for run in resolved_runs(config) if run.record is not None}

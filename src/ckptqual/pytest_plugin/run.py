@@ -7,19 +7,17 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ckptqual.config.space import LAYOUT_MAX_FILES
 from ckptqual.faults import RunError
-from ckptqual.plan.strategies import layouts
 from ckptqual.printable import printable
 from ckptqual.pytest_plugin.clock import figure_clock
 from ckptqual.pytest_plugin.drives import (
     DRIVE_ARG,
-    INDEX,
     crashed_before,
     drive_run,
     group_by_drive,
@@ -30,11 +28,9 @@ from ckptqual.pytest_plugin.drives import (
 )
 from ckptqual.pytest_plugin.junit import refused_junit
 from ckptqual.pytest_plugin.options import DRIVE, drive_runs, resolved_runs
-from ckptqual.report.progress import Progress
-from ckptqual.report.terminal import report_sections
-from ckptqual.runs.events import Broadcast
-from ckptqual.runs.fill import StopRounds, run_rounds
-from ckptqual.runs.qualification import Qualification
+
+if TYPE_CHECKING:  # the run's own modules (torch, Hypothesis) load when a qualification test runs, not with the plugin
+    from ckptqual.runs.qualification import Qualification
 
 MARK = "qualification"
 SUBJECT = pytest.StashKey[str]()
@@ -75,14 +71,15 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     group_by_drive(items, selected, runs)
     for item in selected:
         item.stash[SUBJECT] = subject_of(item)
-    if len(runs) == 1:
+    if len(runs) == 1 and not config.option.collectonly:  # --collect-only writes nothing
         runs[0].begin()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """With several drives and no -n, the record of each drive with a selected test is begun now (-k may have left
     out whole drives); an xdist worker begins a drive's record when it starts qualifying it."""
-    if len(resolved_runs(session.config)) > 1 and not is_worker(session.config):
+    config = session.config
+    if len(resolved_runs(config)) > 1 and not is_worker(config) and not config.option.collectonly:
         for run in selected_runs(session.items):
             run.begin()
 
@@ -108,6 +105,10 @@ def qualification(request: pytest.FixtureRequest, ckptqual_drive: str | None) ->
     record = drive.begin()
     if drive.problem:
         raise RunError(drive.problem, "not-run")
+    from ckptqual.report.progress import Progress
+    from ckptqual.runs.events import Broadcast
+    from ckptqual.runs.qualification import Qualification
+
     interrupts = Interrupts()
     previous = {signum: signal.signal(signum, interrupts) for signum in Interrupts.SIGNALS}
     try:
@@ -201,6 +202,8 @@ def say_fixture(request: pytest.FixtureRequest) -> Callable[[str], None]:
 def layout_strategy(qualification: Qualification, benchmark):
     """The Hypothesis strategy of this run's odd layouts: at most the run's ranks and its layout size. (The
     benchmark is there for pytest_plugin/benchmarks.py, which gives it one round per judged layout.)"""
+    from ckptqual.plan.strategies import layouts  # Hypothesis loads with the first test that draws layouts
+
     run = qualification.settings
     return layouts(
         max_total_bytes=run.layout_max_total_bytes, max_ranks=len(run.plan.ranks), max_files=LAYOUT_MAX_FILES
@@ -212,6 +215,8 @@ def rounds_runner(benchmark, request: pytest.FixtureRequest) -> Callable[..., No
     """Drives rounds (a pass's checkpoints, a restore's) as pytest-benchmark rounds, or plainly when benchmarking
     is off (pedantic would then run only one round). Each round lasts, on the test's FigureClock, the seconds of
     what `fn` returns (a checkpoint, a restore): the figure `ckptqual compare` judges, not pytest's wall time."""
+    from ckptqual.runs.fill import StopRounds, run_rounds
+
     clock = figure_clock(request.node)
     if benchmark.disabled or clock is None:
         return run_rounds
@@ -234,17 +239,3 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     }
     if identities:
         machine_info["ckptqual"] = identities.get(None) or {"drives": identities}
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> Generator[None, None, None]:
-    """The run's summary after the other plugins' (pytest-benchmark's table), even when one of them raised."""
-    try:
-        return (yield)
-    finally:
-        runs = resolved_runs(config)
-        data = config.stash.get(INDEX, None) or (runs[0].record.data if len(runs) == 1 and runs[0].record else None)
-        for title, lines in report_sections(data) if data is not None else []:
-            terminalreporter.section(title)
-            for line in lines:
-                terminalreporter.write_line(line)

@@ -16,6 +16,7 @@ from _pytest.mark.expression import Expression
 
 from ckptqual.limits.verdict import PartRun
 from ckptqual.pytest_plugin.drives import DRIVE_ARG
+from ckptqual.pytest_plugin.held import session_of
 from ckptqual.pytest_plugin.run import subject_of
 
 
@@ -30,9 +31,6 @@ class Collected:
     dropped: str | None = None
 
 
-_COLLECTED = pytest.StashKey[dict[str, Collected]]()
-
-
 def _part_of(item: pytest.Item) -> str | None:
     marker = item.get_closest_marker("part")
     return str(marker.args[0]) if marker is not None and marker.args else None
@@ -45,8 +43,7 @@ def _label_of(item: pytest.Item) -> str | None:
 def _note(item: pytest.Item, dropped: str | None) -> None:
     part = _part_of(item)
     if part is not None:
-        collected = item.config.stash.setdefault(_COLLECTED, {})
-        collected[item.nodeid] = Collected(_label_of(item), part, subject_of(item), dropped)
+        session_of(item.config).collected[item.nodeid] = Collected(_label_of(item), part, subject_of(item), dropped)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -67,7 +64,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 def pytest_deselected(items: list[pytest.Item]) -> None:
     """Notes, for each deselected test of a part, which option deselected it."""
     for item in items:
-        collected = item.config.stash.get(_COLLECTED, {})
+        collected = session_of(item.config).collected
         if item.nodeid in collected:
             known = collected[item.nodeid]
             collected[item.nodeid] = Collected(known.label, known.part, known.subject, deselected_by(item))
@@ -92,7 +89,7 @@ def part_runs(config: pytest.Config, label: str | None, reported: dict[str, dict
     """Each of `parts` of the drive `label`: how its tests were left out, and what those that ran reported
     (`reported`: the record's tests by node ID). A part of which no test was collected was left out by the command
     line's paths; a selected test that reported nothing never ran."""
-    collected = {nodeid: test for nodeid, test in config.stash.get(_COLLECTED, {}).items() if test.label == label}
+    collected = {nodeid: test for nodeid, test in session_of(config).collected.items() if test.label == label}
     runs = {}
     for part in parts:
         tests = {nodeid: test for nodeid, test in collected.items() if test.part == part}

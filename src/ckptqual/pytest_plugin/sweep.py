@@ -5,22 +5,23 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ckptqual.host import gpu
 from ckptqual.limits.limits import Outcome
 from ckptqual.pytest_plugin.drives import parametrize_by_drive
+from ckptqual.pytest_plugin.held import session_of
 from ckptqual.pytest_plugin.options import DRIVE
 from ckptqual.pytest_plugin.run import say
-from ckptqual.runs.qualification import Qualification
 from ckptqual.runs.sweep.cells import plan_cells
-from ckptqual.runs.sweep.driver import CellResult, SweepRun
-from ckptqual.runs.sweep.files import file_names
+
+if TYPE_CHECKING:  # the sweep's reader loads when a sweep runs, not with the plugin
+    from ckptqual.runs.qualification import Qualification
+    from ckptqual.runs.sweep.driver import CellResult, SweepRun
 
 CELL_FIXTURE = "sweep_cell"
-_RUNS = pytest.StashKey[dict[str | None, SweepRun]]()  # by drive label
-_CUFILE_LOG = pytest.StashKey[str]()  # where ckptqual told cuFile to log
 
 
 @pytest.hookimpl(tryfirst=True)  # the drive opens a test's id: test_read_sweep[nvme1-cpu-only-1M-16]
@@ -33,33 +34,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def sweep(qualification: Qualification, request: pytest.FixtureRequest) -> Iterator[SweepRun]:
     """The session's read sweep; its files are written before the first cell that runs and removed after the
     last (pytest_runtest_teardown), or at the end of the session."""
-    config = qualification.settings.sweep
     # cuFile logs to ./cufile.log unless told otherwise; keep it inside the run directory (read into the record),
     # this drive's where several are qualified one after another, unless the user set where.
-    ours = request.config.stash.get(_CUFILE_LOG, None)
-    if os.environ.get("CUFILE_LOGFILE_PATH", ours) == ours:
-        os.environ["CUFILE_LOGFILE_PATH"] = str(qualification.target.run_dir / "cufile.log")
-        request.config.stash[_CUFILE_LOG] = os.environ["CUFILE_LOGFILE_PATH"]
+    held = session_of(request.config)
+    if os.environ.get("CUFILE_LOGFILE_PATH", held.cufile_log) == held.cufile_log:
+        os.environ["CUFILE_LOGFILE_PATH"] = held.cufile_log = str(qualification.run_dir / "cufile.log")
     cufile_log = Path(os.environ["CUFILE_LOGFILE_PATH"])
 
     if cufile_log.parent == qualification.run_dir:
         qualification.declare(".", [cufile_log.name])
-    qualification.declare("sweep", file_names(config.jobs))
-    run = SweepRun(
-        config,
-        qualification.run_dir / "sweep",
-        seed=qualification.settings.seed,
-        host=gpu.probe(),
-        say=say(request.config, qualification.settings.label),
-        on_change=qualification.events.sweep,
-        cufile_log=cufile_log,
-        run=qualification.space.call,
-        sampler=qualification.pool.sampler,
-    )
-    request.config.stash.setdefault(_RUNS, {})[qualification.settings.label] = run
-    qualification.events.sweep(run.data)
+    label = qualification.settings.label
+    run = qualification.read_sweep(gpu.probe(), say(request.config, label), cufile_log)
+    session_of(request.config).sweeps[label] = run
     for transfer, engine in run.data["engines"].items():
-        say(request.config, qualification.settings.label)(f"ckptqual: read sweep {transfer}: {engine}")
+        say(request.config, label)(f"ckptqual: read sweep {transfer}: {engine}")
     try:
         yield run
     finally:
@@ -107,7 +95,7 @@ def sweep_check(sweep: SweepRun, verdict, record_property) -> Callable[[CellResu
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """Removes the sweep's files once its last cell has run, before the tests that follow."""
     drive = item.stash.get(DRIVE, None)
-    run = item.config.stash.get(_RUNS, {}).get(drive.label if drive else None)
+    run = session_of(item.config).sweeps.get(drive.label if drive else None)
     if run is None or CELL_FIXTURE not in getattr(item, "fixturenames", ()):
         return
     if nextitem is None or CELL_FIXTURE not in getattr(nextitem, "fixturenames", ()):

@@ -8,7 +8,6 @@ from typing import Any
 
 from ckptqual.report.headlines import headline_key, headlines
 from ckptqual.report.summary import table
-from ckptqual.runs.fill import MIN_GENERATOR_HEADROOM
 
 # The most telling outcome of several (the sweep's cells) comes first.
 _SEVERITY = ("ERROR", "INTERRUPTED", "NOT_RUN", "INVALID", "FAIL", "NOT_STEADY", "MARGINAL", "PASS", "MEASURED",
@@ -56,6 +55,8 @@ def crashed_row(row: dict[str, Any], why: str, interruption: str | None = None) 
 def payload_cores(data: dict[str, Any]) -> float | None:
     """Cores the payload generator needs for this drive: its ranks' payload CPU seconds per second of its busiest
     pass, times the headroom the payload rule asks (runs.fill); None before a checkpoint was written."""
+    from ckptqual.runs.fill import MIN_GENERATOR_HEADROOM  # loads torch: only where a run's figures are
+
     by_pass: dict[int, list[float]] = {}
     for checkpoint in data.get("checkpoints", []):
         cpu = sum(rank.get("payload_cpu_s", 0.0) for rank in checkpoint.get("ranks", []))
@@ -135,6 +136,8 @@ def _row_cells(row: dict[str, Any], passes: list[str]) -> list[str]:
 
 
 def _shared_lines(shared: dict[str, Any]) -> list[str]:
+    from ckptqual.runs.fill import MIN_GENERATOR_HEADROOM  # loads torch: only where a run's figures are
+
     needed = {label: cores for label, cores in shared["payload_cores_needed"].items() if cores is not None}
     each = ", ".join(f"{label} {cores:.2f}" for label, cores in needed.items()) or "none measured"
     at_once, total, usable = shared["drives_at_once"], shared["payload_cores_needed_at_once"], shared["usable_cores"]

@@ -22,6 +22,7 @@ from ckptqual.faults import RunError, fault_of_errno, os_error_line
 from ckptqual.host import device_bytes, health
 from ckptqual.host.beneath import PlantedEntry, RunTree
 from ckptqual.host.cpu import HostSampler, usable_cores
+from ckptqual.host.gpu import HostGpu
 from ckptqual.host.sampler import Sampler, physical_devices
 from ckptqual.host.space import RunSpace
 from ckptqual.host.target import DriveIdentity, Target, identify, open_target
@@ -46,6 +47,8 @@ from ckptqual.runs.fill import CheckpointRecord, EarlyStop, FillCampaign, PassRe
 from ckptqual.runs.layouts import LayoutResult, run_layout
 from ckptqual.runs.pool import Pool, RankPool
 from ckptqual.runs.restore import RestoreResult, evict_checkpoint
+from ckptqual.runs.sweep.driver import SweepRun
+from ckptqual.runs.sweep.files import file_names
 from ckptqual.runs.written import SuiteWrites
 
 
@@ -298,6 +301,26 @@ class Qualification:
             raise
         self.events.layout({**entry, **result.to_dict()})
         return result
+
+    def read_sweep(self, host: HostGpu, say: Callable[[str], None], cufile_log: Path) -> SweepRun:
+        """The run's read sweep: its files declared in the run directory, its file changes made through the run's
+        space, its reads sampled with the ranks' host use, each change of it recorded."""
+        config = self.settings.sweep
+        self.declare("sweep", file_names(config.jobs))
+        sampler = self.pool.sampler if self.pool is not None else None
+        run = SweepRun(
+            config,
+            self.run_dir / "sweep",
+            seed=self.settings.seed,
+            host=host,
+            say=say,
+            on_change=self.events.sweep,
+            cufile_log=cufile_log,
+            run=self.space.call,
+            sampler=sampler,
+        )
+        self.events.sweep(run.data)
+        return run
 
     def judge(self, measurements: list[tuple[str, float, str]], context: Mapping[str, Any]) -> list[Judgement]:
         """Judges (name, value, unit) measurements against the drive's limits, each recorded in the unit the table
