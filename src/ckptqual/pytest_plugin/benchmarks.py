@@ -141,7 +141,8 @@ def regressions(config: pytest.Config, rows: list[dict[str, Any]]) -> list[str]:
             value = check.compute(current, saved)
             if value > check.threshold:
                 unit = "%" if type(check).__name__.startswith("Percentage") else " s"
-                found.append(f"{saved['name']} {check.field} +{value:.1f}{unit} > {check.threshold:g}{unit}")
+                name = saved["fullname"].rsplit("::", 1)[-1]
+                found.append(f"{name} {check.field} +{value:.1f}{unit} > {check.threshold:g}{unit}")
     return found
 
 
