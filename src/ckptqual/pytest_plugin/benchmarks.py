@@ -9,15 +9,11 @@ import re
 from typing import Any
 
 import pytest
+from pytest_benchmark.session import PerformanceRegression
 
 from ckptqual.pytest_plugin.clock import CLOCK, FigureClock, figure_clock, time_figures
 from ckptqual.pytest_plugin.held import session_of
 from ckptqual.pytest_plugin.options import DRIVE
-
-try:
-    from pytest_benchmark.session import PerformanceRegression
-except ImportError:  # pytest-benchmark is a dependency; without it there is nothing to fit
-    PerformanceRegression = None
 
 LAYOUTS_FIXTURE = "layout_strategy"
 ROUNDS_FIXTURE = "rounds_runner"  # a test whose rounds are a pass's checkpoints or a restore's
@@ -128,7 +124,7 @@ def write_comparison(terminalreporter: Any, saved: list[dict[str, Any]], rows: l
 def is_regression(error: BaseException) -> bool:
     """Whether `error` is pytest-benchmark's PerformanceRegression, raised from its summary under
     --benchmark-compare-fail."""
-    return PerformanceRegression is not None and isinstance(error, PerformanceRegression)
+    return isinstance(error, PerformanceRegression)
 
 
 def regressions(config: pytest.Config, rows: list[dict[str, Any]]) -> list[str]:
@@ -181,7 +177,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """Runs the odd layouts test, then gives its benchmark one round per judged layout, its slowdown against its
     regular twin (the same layouts, drawn from the same seed, in both runs), so that pytest-benchmark compares the
     figure `ckptqual compare` judges; the ratios go into extra_info."""
-    benchmark = pyfuncitem.funcargs.get("benchmark")
+    benchmark: Any = pyfuncitem.funcargs.get("benchmark")
     clock = figure_clock(pyfuncitem)
     if LAYOUTS_FIXTURE not in pyfuncitem.fixturenames or clock is None or benchmark is None or benchmark.disabled:
         return None

@@ -24,7 +24,7 @@ def report_drives(session: pytest.Session, runs: list[DriveRun], interruption: s
     config = session.config
     local = [run for run in runs if run.record is not None]
     if local:
-        rows = [drive_row(run.label, run.record.data) for run in local]
+        rows = [drive_row(run.label, run.begun.data) for run in local]
     else:
         rows = gathered_rows(config, runs, interruption)
     verdicts = {row["label"]: RunVerdict.from_dict(row["verdict"]) for row in rows}

@@ -106,8 +106,9 @@ def send_rows(config: pytest.Config, runs: list[DriveRun], selected: list[DriveR
     from ckptqual.report.drives import drive_row
 
     rows = {run.label: drive_row(run.label, run.record.data) for run in runs if run.record is not None}
-    config.workeroutput[_ROWS_KEY] = json.loads(json.dumps(rows, default=str))
-    config.workeroutput[_SELECTED_KEY] = [run.label for run in selected]
+    output = config.workeroutput  # type: ignore[attr-defined]  # pytest-xdist gives a worker's config one
+    output[_ROWS_KEY] = json.loads(json.dumps(rows, default=str))
+    output[_SELECTED_KEY] = [run.label for run in selected]
 
 
 def gathered_rows(config: pytest.Config, runs: list[DriveRun], interruption: str | None) -> list[dict[str, Any]]:

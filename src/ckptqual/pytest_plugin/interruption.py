@@ -17,7 +17,7 @@ def report_unfinished(session: pytest.Session, run: DriveRun, interruption: str)
     """An error test case for the drive's test that was running and for each that did not run, as the JUnit XML
     shows."""
     running = session_of(session.config).running
-    record = run.record
+    record = run.begun
     for item in (item for item in session.items if item.stash.get(DRIVE, None) is run):
         done = record.data["tests"].get(item.nodeid, {}).get("when") == "call"
         if item.nodeid in record.data["tests"] and (item.nodeid != running or done):

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import pytest
 
@@ -135,7 +135,7 @@ def report_case(
     session: pytest.Session,
     nodeid: str,
     location: tuple[str, int | None, str],
-    when: str,
+    when: Literal["setup", "call", "teardown"],
     failure: str | None,
     properties: list[tuple[str, str]],
     skipped: str | None = None,
@@ -144,7 +144,8 @@ def report_case(
     `when` passed (`failure` None), was skipped for the reason `skipped`, or failed with the one line `failure`, then
     a passed teardown carrying the case's properties, as pytest's own protocol reports a test (its JUnit XML takes
     properties from the teardown)."""
-    outcome, longrepr = ("passed", None) if failure is None else ("failed", failure)
+    outcome: Literal["passed", "failed", "skipped"] = "passed" if failure is None else "failed"
+    longrepr: str | tuple[str, int, str] | None = failure
     if skipped is not None:
         outcome, longrepr = "skipped", (str(location[0]), location[1] or 0, f"Skipped: {skipped}")
     hook = session.config.hook.pytest_runtest_logreport
@@ -176,7 +177,7 @@ def _name_in_summary(config: pytest.Config, written: Path, path: Path) -> None:
             plugin.logfile = str(path)
 
 
-def amend(tree: ElementTree.ElementTree, properties: list[tuple[str, str]]) -> None:
+def amend(tree: ElementTree.ElementTree[ElementTree.Element], properties: list[tuple[str, str]]) -> None:
     """Adds `properties` to the JUnit XML's first test suite and copies each case's LINE_PROPERTY into its
     <system-out>, before what pytest captured there."""
     suite = tree.getroot() if tree.getroot().tag == "testsuite" else tree.getroot().find("testsuite")
@@ -198,7 +199,7 @@ def amend(tree: ElementTree.ElementTree, properties: list[tuple[str, str]]) -> N
             out.text = "".join(f"{line}\n" for line in lines) + (out.text or "")
 
 
-def _write(tree: ElementTree.ElementTree, path: Path) -> None:
+def _write(tree: ElementTree.ElementTree[ElementTree.Element], path: Path) -> None:
     """Writes the XML whole at `path` (its directories made, as pytest makes them), never through a link nor over
     anything but a regular file of this user."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -48,6 +48,13 @@ class DriveRun:
                 self.record.ceiling(self.ceiling)
         return self.record
 
+    @property
+    def begun(self) -> RunRecord:
+        """The record of a drive whose run has begun: the steps after its tests take only those."""
+        if self.record is None:
+            raise RuntimeError(f"the record of drive {self.label or self.settings.target} was read before it began")
+        return self.record
+
     def check_ceiling(self) -> None:
         """Measures the suite's own speed on memory, records the ceiling it gives this drive and refuses (SettingsError)
         an absolute minimum above it; before any I/O on the target."""

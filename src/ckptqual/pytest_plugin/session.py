@@ -103,7 +103,7 @@ class QualificationSession:
             for run in runs:
                 run.verdict = verdicts.drive_verdict(session, run, stopped)
             for run in runs:
-                run.record.save()
+                run.begun.save()
             self.verdict = verdicts.run_verdict(session, runs, stopped)
             if self.verdict is not None:
                 self.config.hook.pytest_ckptqual_verdict(session=session, verdict=self.verdict)

@@ -38,14 +38,14 @@ def close_run(session: pytest.Session, run: DriveRun, stopped: str | None) -> No
         try:
             run.qualification.close()
         except RunError as failure:  # e.g. a message refused while the interrupted run stopped: recorded, no traceback
-            run.record.error(str(failure))
+            run.begun.error(str(failure))
     report_unfinished(session, run, stopped)
 
 
 def drive_verdict(session: pytest.Session, run: DriveRun, stopped: str | None) -> RunVerdict:
     """One drive's verdict, from its tests, the limits none judged, the required parts that did not run, an
     interruption and the refusal of a run that never started; with its basis, put in its record (saved next)."""
-    record = run.record
+    record = run.begun
     _health_test(run)
     settings, tests, data = run.settings, record.data["tests"], record.data
     thresholds = settings.thresholds
@@ -74,9 +74,9 @@ def run_verdict(session: pytest.Session, runs: list[DriveRun], stopped: str | No
         return None
     if len(resolved_runs(config)) > 1:
         verdict = report_drives(session, resolved_runs(config), stopped)
-    elif runs:
+    elif runs and runs[0].verdict is not None:
         verdict = runs[0].verdict
-        report_health(config, runs[0].record.data.get("health", {}).get("message"))
+        report_health(config, runs[0].begun.data.get("health", {}).get("message"))
         report_verdict(session, verdict)
     else:
         return None
@@ -89,7 +89,7 @@ def _health_test(run: DriveRun) -> None:
     """The drive's health check (taken when the run closed) in the record's tests where it argues for the verdict:
     a failure, a marginal finding, or nothing read where the drive file limits a health measurement. A passed or
     merely unreadable check adds no test, so the counts do not depend on the host."""
-    record = run.record
+    record = run.begun
     check = record.data.get("health", {})
     if "outcome" not in check or HEALTH_NODEID in record.data["tests"]:
         return

@@ -14,7 +14,7 @@ _SEVERITY = ("ERROR", "INTERRUPTED", "NOT_RUN", "INVALID", "FAIL", "NOT_STEADY",
              "SKIPPED")  # fmt: skip
 
 
-def drive_row(label: str, data: dict[str, Any], unjudged: str | None = None) -> dict[str, Any]:
+def drive_row(label: str | None, data: dict[str, Any], unjudged: str | None = None) -> dict[str, Any]:
     """What the side-by-side table and the index keep of one drive's record; `unjudged`: why it has no verdict."""
     settings = data.get("settings", {})
     verdict = data.get("verdict") or {"overall": "INCOMPLETE", "reasons": [unjudged or "no verdict was recorded"]}
@@ -34,7 +34,7 @@ def drive_row(label: str, data: dict[str, Any], unjudged: str | None = None) -> 
     }
 
 
-def missing_row(label: str, target: object, results: object, why: str) -> dict[str, Any]:
+def missing_row(label: str | None, target: object, results: object, why: str) -> dict[str, Any]:
     """The row of a drive whose record never came back (its worker died)."""
     verdict = {"overall": "INCOMPLETE", "reasons": [why]}
     return {"label": label, "target": str(target), "drive": None, "results": results, "outcomes": {},
