@@ -12,7 +12,7 @@ import functools
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -67,8 +67,8 @@ class Qualification:
         self.identity: DriveIdentity = identify(self.target.path)
         self._finished = False
         self._host_bound: dict[str, str] = {}  # measurement -> why its figure about to be judged was host-bound
-        self._uncounted: dict[str, str] = {}  # measurement -> why its figure's device bytes could not be counted
-        self._waits: dict[str, str] = {}  # measurement -> what its figure's own threads waited for (host.waits)
+        self._uncounted: dict[str, str | None] = {}  # measurement -> why its figure's device bytes could not be counted
+        self._waits: dict[str, str | None] = {}  # measurement -> what its figure's own threads waited for (host.waits)
         self.devices = device_bytes.devices_under(self.target.path)  # whose counters show the target's real I/O
         self.served_baselines: dict[str, str] = {}  # baseline -> why a cache served it (limits.cache_served)
         events.started({"path": str(self.target.path), "run_dir": str(self.run_dir)}, self.identity.to_dict())
@@ -103,6 +103,13 @@ class Qualification:
     @property
     def run_dir(self) -> Path:
         return self.target.run_dir
+
+    @property
+    def ranks(self) -> Pool:
+        """The run's rank processes, once started (the constructor starts them before any part runs)."""
+        if self.pool is None:
+            raise RuntimeError("the rank processes were asked for before they started")
+        return self.pool
 
     def _declare_files(self) -> None:
         """Records in the run directory's manifest every file the run will write, before it writes any, and makes
@@ -160,7 +167,7 @@ class Qualification:
             return None
         names = [device["name"] for device in self.identity.to_dict().get("physical", [])] or [self.identity.device]
         events = self.events
-        sampler = Sampler(physical_devices(names), interval_s, self.pool.pids, events.sample, events.timeseries)
+        sampler = Sampler(physical_devices(names), interval_s, self.ranks.pids, events.sample, events.timeseries)
         self.events = Broadcast(events, sampler)
         return sampler
 
@@ -169,7 +176,7 @@ class Qualification:
         limits refer to (none where the drive file's [run] parts leaves the baseline out)."""
         self.events.measuring_baseline(self.settings.baseline_bytes)
         raw_dir, total = self.run_dir / "raw", self.settings.baseline_bytes
-        baseline = measure_baseline(self.pool, self.tree, raw_dir, total, self.remove, devices=self.devices)
+        baseline = measure_baseline(self.ranks, self.tree, raw_dir, total, self.remove, devices=self.devices)
         self.served_baselines = baseline.invalid()
         self.events.baseline(baseline.to_dict())
         return baseline.as_baselines()
@@ -244,7 +251,9 @@ class Qualification:
         op, plans = ("reshard-read", self._layout_plans) if self.settings.restore_layout else ("read", plan.ranks)
         try:
             with device_bytes.counted(self.devices) as count:
-                timing = self.pool.run(op, directory, plans, f"restore of checkpoint {checkpoint}", checkpoint, options)
+                timing = self.ranks.run(
+                    op, directory, plans, f"restore of checkpoint {checkpoint}", checkpoint, options
+                )
         except RankFailure as error:
             raise self._failed(RestoreError(str(error), error.fault, error.errno)) from error
         ranks = [asdict(r) for r in timing.ranks]
@@ -269,7 +278,7 @@ class Qualification:
         args = (settings.workload, settings.scale, settings.plan, settings.restore_layout, settings.checkpoint_engine)
         return reshard.layout_plans(*args)
 
-    def _reshard_figures(self, directory: Path, ranks: list, checkpoint_bytes: int) -> tuple[int, dict]:
+    def _reshard_figures(self, directory: Path, ranks: Sequence[Any], checkpoint_bytes: int) -> tuple[int, dict]:
         """A restore onto another layout: the distinct bytes the ranks read (ranks that read the same bytes get them
         from the drive once), and what each new rank read (runs.reshard.figures)."""
         distinct = reshard.distinct_bytes(self._layout_plans, lambda path: (directory / path).stat().st_size)
@@ -294,7 +303,7 @@ class Qualification:
         entry: dict[str, Any] = {"example": example, "plan": json.loads(dump_plan(plan))}
         try:
             result = run_layout(
-                self.pool, self.tree, self.run_dir / "layouts", plan, self.settings.engine, example, self
+                self.ranks, self.tree, self.run_dir / "layouts", plan, self.settings.engine, example, self
             )
         except RankFailure as error:
             self.events.layout({**entry, "error": str(error)})
