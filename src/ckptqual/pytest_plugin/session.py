@@ -27,8 +27,10 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    session_of(config)  # registered now, so that its end-of-session hooks run in every run
+    """Registers the session object before pytest's terminal reporter (see pytest_sessionfinish)."""
+    session_of(config)
 
 
 class QualificationSession:
@@ -84,7 +86,10 @@ class QualificationSession:
         during = f" during {self.running}" if self.running else ""
         return f"the run was interrupted by {self.interrupted_by or 'an interrupt'}{during}"
 
-    @pytest.hookimpl(wrapper=True, tryfirst=True)  # before pytest writes its JUnit XML and pytest-benchmark saves
+    # A wrapper registered after pytest-benchmark's plugin and before pytest's terminal reporter (pytest_configure):
+    # pluggy calls the later registered first, so this wraps pytest-benchmark's (which saves before it yields) and is
+    # wrapped by the terminal reporter's (whose summary, after it yields, names the JUnit XML this rewrites).
+    @pytest.hookimpl(wrapper=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
         """The end of the session, in this order: (1) close the runs an interruption left open and report the tests
         it kept from finishing; (2) each drive's verdict, then (3) saved in its record; (4) the run's verdict, as JUnit
