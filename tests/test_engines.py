@@ -97,23 +97,28 @@ PEAK_RSS = textwrap.dedent(
     from ckptqual.io.engines.base import RankIO
     from ckptqual.io.payload import PayloadGenerator
     from ckptqual.plan.model import FilePlan, TensorSpec
-    size, path = int(sys.argv[1]), Path(sys.argv[2])
-    spec = FilePlan("big.pt", (TensorSpec("x", size, "int8"),))
-    make_engine("stream").write(path, spec, 0, RankIO(PayloadGenerator(1), rank=0))
+    from ckptqual.plan.safetensors import Piece, ShardFile
+    engine, size, path = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+    tensors = (TensorSpec("x", size, "int8"),)
+    if engine == "safetensors":  # one tensor, two ranks' pieces of it
+        spec = ShardFile(path.name, tensors, ((Piece(0, 0, 0, size // 2), Piece(1, 0, 0, size - size // 2)),))
+    else:
+        spec = FilePlan(path.name, tensors)
+    make_engine(engine).write(path, spec, 0, RankIO(PayloadGenerator(1), rank=0))
     path.unlink()
     print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     """
 )
 
 
-def _peak_rss(size: int, path) -> int:
-    result = subprocess.run(
-        [sys.executable, "-c", PEAK_RSS, str(size), str(path)], capture_output=True, text=True, check=True
-    )
-    return int(result.stdout.strip())
+@pytest.mark.parametrize(
+    "engine, name",
+    [("stream", "big.pt"), ("dcp", "__0_0.distcp"), ("safetensors", "model-00001-of-00001.safetensors")],
+)
+def test_an_engines_memory_does_not_grow_with_file_size(tmp_path, engine, name):
+    def peak(size: int) -> int:
+        args = [sys.executable, "-c", PEAK_RSS, engine, str(size), str(tmp_path / name)]
+        return int(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
 
-
-def test_stream_engine_memory_does_not_grow_with_file_size(tmp_path):
-    small = _peak_rss(32 << 20, tmp_path / "small.pt")
-    large = _peak_rss(512 << 20, tmp_path / "large.pt")
+    small, large = peak(32 << 20), peak(512 << 20)
     assert large - small < 64 << 20, f"peak RSS grew by {(large - small) >> 20} MiB for a 16x larger file"
