@@ -1,5 +1,8 @@
 """Both engines write files that torch.load reads back as the planned tensors, holding the planned payload."""
 
+import itertools
+import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -122,3 +125,41 @@ def test_an_engines_memory_does_not_grow_with_file_size(tmp_path, engine, name):
 
     small, large = peak(32 << 20), peak(512 << 20)
     assert large - small < 64 << 20, f"peak RSS grew by {(large - small) >> 20} MiB for a 16x larger file"
+
+
+WINDOWED_WRITE = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from ckptqual.io.engines import make_engine
+    from ckptqual.io.engines.base import RankIO
+    from ckptqual.io.payload import PayloadGenerator
+    from ckptqual.plan.model import FilePlan, TensorSpec
+    io = RankIO(PayloadGenerator(1), rank=0, chunk_bytes=1 << 20)
+    io.early_writeback = sys.argv[2] == "early"
+    make_engine("stream").write(Path(sys.argv[1]), FilePlan("w.pt", (TensorSpec("x", 5 << 20, "int8"),)), 0, io)
+    """
+)
+
+
+@pytest.mark.parametrize("early", [True, False], ids=["early", "at-fsync"])
+def test_the_stream_engine_starts_each_windows_writeback_as_it_is_written(tmp_path, early):
+    """With early writeback every window written out has its writeback started at once (sync_file_range over just
+    that range), on whatever thread wrote it; without, none. The fsync that makes the file durable is the saver's."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed (apt-get install strace)")
+    path, log = tmp_path / "w.pt", tmp_path / "strace.log"
+    trace = ["strace", "-f", "-qq", "-o", str(log), "-e", "trace=pwrite64,sync_file_range"]
+    subprocess.run([*trace, sys.executable, "-c", WINDOWED_WRITE, str(path), "early" if early else ""], check=True)
+    text = log.read_text()
+    writes = {(int(offset), int(size)) for size, offset in re.findall(r"pwrite64\(\d+, .*?, (\d+), (\d+)\) = ", text)}
+    ranges = re.findall(r"sync_file_range\(\d+, (\d+), (\d+), SYNC_FILE_RANGE_WRITE\) = 0", text)
+    started = [(int(offset), int(size)) for offset, size in ranges]
+    if not early:
+        assert started == []
+        return
+    # one range per window written out, each that window's own, in file order from the start, together the file
+    # but its last piece (written at close, where the saver's per-file writeback takes over)
+    assert set(started) <= writes and len(started) >= 4
+    assert [offset for offset, _ in started] == list(itertools.accumulate([0] + [size for _, size in started[:-1]]))
+    assert path.stat().st_size - sum(size for _, size in started) < 1 << 20

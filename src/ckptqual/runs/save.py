@@ -46,7 +46,7 @@ def write_checkpoint_files(io: RankIO, task: Task) -> int:
         with io.directory(parent, create=True):
             pass
     finish = getattr(engine, "finish", None)  # a format's commit after every rank's files are durable (dcp)
-    early = task.options.get("early_writeback", True)
+    early = io.early_writeback = task.options.get("early_writeback", True)
     try:
         io.begin("write")
         with ThreadPoolExecutor(1, "ckptqual-writeback") if early else _NONE as behind:

@@ -49,6 +49,7 @@ class RankIO:
     stage: str = "write"
     tree: RunTree | None = None
     barrier: Any = None  # where every rank of the task meets (set by the worker); an engine's `finish` may wait there
+    early_writeback: bool = True  # an engine starts the writeback of what it wrote as it goes (io.writeback)
 
     def __post_init__(self) -> None:
         self.phases: dict[str, float] = {}
