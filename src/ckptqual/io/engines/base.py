@@ -260,6 +260,15 @@ def write_all(fd: int, data: Any) -> None:
         view = view[os.write(fd, view) :]
 
 
+def write_payload(io: RankIO, fd: int, chunk: np.ndarray) -> None:
+    """Writes a chunk of payload at the file's position and, with the rank's early writeback, starts writing those
+    pages to the drive at once (io.writeback), so that it works while the rank makes the next chunk."""
+    start = os.lseek(fd, 0, os.SEEK_CUR)
+    write_all(fd, chunk)
+    if io.early_writeback:
+        start_writeback(fd, start, chunk.nbytes)
+
+
 def release_commit(io: RankIO) -> None:
     """A rank whose files failed: meets the others where they wait after theirs (so every rank has left the task's
     start), then breaks the meeting at which the coordinator would commit. Where the meeting cannot be broken (the

@@ -35,7 +35,15 @@ from torch.distributed.checkpoint.planner import LoadPlan
 from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
 from ckptqual.io.crc import crc32
-from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO, commit_shared, write_all
+from ckptqual.io.engines.base import (
+    MAX_REPORTED,
+    IntegrityError,
+    Problem,
+    RankIO,
+    commit_shared,
+    write_all,
+    write_payload,
+)
 from ckptqual.io.engines.rawfile import expect_bytes, first_difference, read_at, read_into
 from ckptqual.io.engines.torcharchive import archive_of
 from ckptqual.plan.dcp import METADATA, METADATA_TMP, DcpLayout, DcpRankPlan
@@ -63,7 +71,7 @@ class DcpEngine:
                     chunk = io.buffer[: min(io.chunk_bytes, tensor.nbytes - offset)]
                     io.generate(chunk, file_index, index, offset)
                     crc = crc32(chunk, crc)
-                    write_all(fd, chunk)
+                    write_payload(io, fd, chunk)
                     offset += chunk.nbytes
                 io.remember_crc(file_index, index, tensor.nbytes, crc)
                 write_all(fd, archive.tail(crc))

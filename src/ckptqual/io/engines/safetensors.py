@@ -22,7 +22,15 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO, commit_shared, write_all
+from ckptqual.io.engines.base import (
+    MAX_REPORTED,
+    IntegrityError,
+    Problem,
+    RankIO,
+    commit_shared,
+    write_all,
+    write_payload,
+)
 from ckptqual.io.engines.rawfile import expect_bytes, read_at, read_into
 from ckptqual.plan.model import DTYPE_BYTES, FilePlan, TensorSpec
 from ckptqual.plan.safetensors import INDEX, Piece, ShardedRankPlan, ShardFile, file_order
@@ -76,7 +84,7 @@ class SafetensorsEngine:
                     chunk = io.buffer[:count]
                     with io.acting_as(piece.rank):
                         io.generate(chunk, piece.file, piece.tensor, offset)
-                    write_all(fd, chunk)
+                    write_payload(io, fd, chunk)
         finally:
             os.close(fd)
 
