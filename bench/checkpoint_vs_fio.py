@@ -1,13 +1,21 @@
-"""A checkpoint write against fio for the same bytes and split, interleaved in one run, with the checkpoint's phases.
+"""A checkpoint write against fio for the same bytes and split, side by side in one run, with the checkpoint's phases.
 
-Each round writes, in turn (the order rotates from round to round): fio with one job per rank, each writing that
-rank's bytes over as many files as the rank has, 1M buffered writes and an fsync at the end of each job; and the
-workload's checkpoint with the `stream` engine, with each file's writeback started as soon as it is written
-(the default) and without. A shared disk varies 2x from run to run, so only the medians of interleaved rounds
-compare. Prints per path the median GB/s, its ratio to fio's, and the checkpoint's phases (median of the slowest
-rank's seconds), and the host's load average meanwhile.
+Each round writes, in turn (the order rotates from round to round, so that a host's drift falls on every path alike):
 
-    python bench/checkpoint_vs_fio.py --target /mnt/nvme0/bench --workload llama3-8b --scale 0.015 --rounds 4
+  fio                          one job per rank, each writing that rank's bytes over as many files as the rank has,
+                               1M buffered writes, an fsync at the end of each job (--end_fsync=1);
+  checkpoint, early writeback  the workload's checkpoint with the `stream` engine as the suite writes it: the
+                               writeback of each window of a file is started as soon as it is written, and of each
+                               file once it is whole; every file and directory then fsynced;
+  checkpoint, writeback at fsync  the same, leaving writeback to the kernel until the fsyncs.
+
+Both checkpoint paths make the same bytes durable before they count as done. A shared disk varies 2x from run to
+run, so compare only rounds run side by side: the table gives per path the median GB/s, the median of its per-round
+ratios to fio's (x fio), each round's GB/s with the host's 1-minute load average after it in brackets, and the
+median over the rounds of the slowest rank's seconds in each phase of the checkpoint (mkdir, write, fsync, commit).
+Run it on a quiet host: a load average above the core count makes the ranks wait for CPUs, not the drive.
+
+    python bench/checkpoint_vs_fio.py --target /mnt/nvme0/bench --workload llama3-8b --scale 0.015 --rounds 5
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckptqual.plan.model import CheckpointPlan
@@ -45,52 +54,90 @@ def checkpoint_GBps(pool: RankPool, directory: Path, plan: CheckpointPlan, early
     return timing.bytes / timing.seconds / 1e9, slowest.phases
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", type=Path, required=True, help="a directory on the drive (a scratch dir is made)")
-    parser.add_argument("--workload", default="llama3-8b")
-    parser.add_argument("--scale", type=float, default=0.015)
-    parser.add_argument("--rounds", type=int, default=4)
-    args = parser.parse_args()
-    plan = load_workload(args.workload).plan().scaled(args.scale)
-    paths = {"fio": None, "checkpoint, early writeback": True, "checkpoint, writeback at fsync": False}
-    rates: dict[str, list[float]] = {name: [] for name in paths}
-    phases: dict[str, list[dict]] = {name: [] for name in paths}
-    loads = []
-    scratch = Path(tempfile.mkdtemp(prefix="ckptqual-bench-", dir=args.target))
+PATHS: dict[str, bool | None] = {  # path: early writeback (None: fio)
+    "fio": None,
+    "checkpoint, early writeback": True,
+    "checkpoint, writeback at fsync": False,
+}
+PHASES = ("mkdir", "write", "fsync", "commit")
+
+
+@dataclass
+class Rounds:
+    """One path's rounds: GB/s, the load average after each, and the slowest rank's phases."""
+
+    rates: list[float] = field(default_factory=list)
+    loads: list[float] = field(default_factory=list)
+    phases: list[dict] = field(default_factory=list)
+
+
+def run_rounds(target: Path, plan: CheckpointPlan, rounds: int) -> dict[str, Rounds]:
+    """`rounds` rounds of every path, in an order that rotates, each in a scratch directory removed after it."""
+    results = {name: Rounds() for name in PATHS}
+    scratch = Path(tempfile.mkdtemp(prefix="ckptqual-bench-", dir=target))
     try:
         with RankPool(len(plan.ranks), seed=1) as pool:
-            for round_number in range(args.rounds):
-                names = list(paths)
+            for round_number in range(rounds):
+                names = list(PATHS)
                 names = names[round_number % len(names) :] + names[: round_number % len(names)]
                 for name in names:
-                    directory = scratch / f"round-{round_number}-{len(rates[name])}-{name.split(',')[0]}"
+                    directory = scratch / f"round-{round_number}-{name.split(',')[0]}"
                     directory.mkdir()
-                    if paths[name] is None:
-                        rates[name].append(fio_GBps(directory, plan))
+                    early = PATHS[name]
+                    if early is None:
+                        results[name].rates.append(fio_GBps(directory, plan))
                     else:
-                        rate, timed = checkpoint_GBps(pool, directory / "ckpt", plan, paths[name])
-                        rates[name].append(rate)
-                        phases[name].append(timed)
+                        rate, timed = checkpoint_GBps(pool, directory / "ckpt", plan, early)
+                        results[name].rates.append(rate)
+                        results[name].phases.append(timed)
                     shutil.rmtree(directory)
-                    loads.append(os.getloadavg()[0])
+                    results[name].loads.append(os.getloadavg()[0])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    fio = statistics.median(rates["fio"])
+    return results
+
+
+def table(results: dict[str, Rounds]) -> list[str]:
+    """One row per path: median GB/s, median per-round ratio to fio, the rounds with their load, median phases."""
+    fio = results["fio"].rates
+    header = f"{'path':32s} {'GB/s':>6s} {'x fio':>6s}  " + " ".join(f"{p:>6s}" for p in PHASES)
+    lines = [header + "  rounds: GB/s (load average)", "-" * len(header)]
+    for name, found in results.items():
+        ratio = statistics.median(rate / base for rate, base in zip(found.rates, fio, strict=True))
+        phases = [statistics.median(p.get(k, 0.0) for p in found.phases) if found.phases else None for k in PHASES]
+        cells = " ".join(f"{v:6.2f}" if v is not None else f"{'-':>6s}" for v in phases)
+        rounds = ", ".join(f"{rate:.3f} ({load:.1f})" for rate, load in zip(found.rates, found.loads, strict=True))
+        lines.append(f"{name:32s} {statistics.median(found.rates):6.3f} {ratio:6.2f}  {cells}  {rounds}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--target",
+        type=Path,
+        required=True,
+        help="a directory on the drive; a scratch directory is made in it and removed",
+    )
+    parser.add_argument(
+        "--workload", default="llama3-8b", help="a shipped workload's name or a .toml path (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--scale", type=float, default=0.015, help="shrink the workload's tensors by this factor (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="rounds of every path; the table gives medians (default: %(default)s)"
+    )
+    args = parser.parse_args()
+    plan = load_workload(args.workload).plan().scaled(args.scale)
+    results = run_rounds(args.target, plan, args.rounds)
     files = sum(len(r.files) for r in plan.ranks)
     size = f"{plan.total_bytes / 1e9:.3f} GB, {len(plan.ranks)} ranks, {files} files"
-    print(f"{args.workload} at scale {args.scale}: {size}; {args.rounds} interleaved rounds on {args.target}")
-    print(f"load average (1 min) during the rounds: {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores")
-    for name, values in rates.items():
-        median = statistics.median(values)
-        line = f"{name:32s} median {median:.3f} GB/s = {median / fio:.2f}x fio  (rounds: "
-        line += ", ".join(f"{v:.3f}" for v in values) + ")"
-        if phases[name]:
-            names = dict.fromkeys(k for p in phases[name] for k in p)
-            line += "  phases (s, median of slowest rank): " + ", ".join(
-                f"{k} {statistics.median(p.get(k, 0.0) for p in phases[name]):.2f}" for k in names
-            )
-        print(line)
+    print(
+        f"{args.workload} at scale {args.scale}: {size}; {args.rounds} rounds on {args.target}, {os.cpu_count()} cores"
+    )
+    print("\n".join(table(results)))
+    print("phases: median of the slowest rank's seconds; x fio: median of the per-round ratios to fio's GB/s")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,6 @@ from __future__ import annotations
 import io
 import os
 import pickle
-import subprocess
-import sys
-import textwrap
 import warnings
 from pathlib import Path
 
@@ -22,9 +19,10 @@ from ckptqual.io.engines.base import IntegrityError, RankIO
 from ckptqual.io.engines.dcp import metadata_bytes, save_id
 from ckptqual.io.engines.torcharchive import TensorArchive
 from ckptqual.io.payload import PayloadGenerator, find_mismatches
-from ckptqual.plan.dcp import METADATA, dcp_plan, split_by_size
+from ckptqual.plan.dcp import METADATA, dcp_plan
 from ckptqual.plan.formats import checkpoint_engine, formatted_plan, shared_files
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.plan.spread import split_by_size
 from ckptqual.plan.workloads import Architecture, Parallelism, deepspeed_plan
 from ckptqual.runs import restore, save
 from ckptqual.runs.failure import RankFailure
@@ -259,32 +257,6 @@ def test_a_rank_that_fails_its_files_releases_the_others(tmp_path):
         next_one = tmp_path / "checkpoint-00001"
         assert pool.write_checkpoint(next_one, 1, plan.ranks, "dcp").bytes == plan.total_bytes  # the pool goes on
     assert (next_one / METADATA).exists()
-
-
-PEAK_RSS = textwrap.dedent(
-    """
-    import resource, sys
-    from pathlib import Path
-    from ckptqual.io.engines import make_engine
-    from ckptqual.io.engines.base import RankIO
-    from ckptqual.io.payload import PayloadGenerator
-    from ckptqual.plan.model import FilePlan, TensorSpec
-    size, path = int(sys.argv[1]), Path(sys.argv[2])
-    spec = FilePlan("__0_0.distcp", (TensorSpec("x", size, "int8"),))
-    make_engine("dcp").write(path, spec, 0, RankIO(PayloadGenerator(1), rank=0))
-    path.unlink()
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    """
-)
-
-
-def test_dcp_writer_memory_does_not_grow_with_file_size(tmp_path):
-    def peak(size: int) -> int:
-        args = [sys.executable, "-c", PEAK_RSS, str(size), str(tmp_path / "x.distcp")]
-        return int(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
-
-    small, large = peak(32 << 20), peak(256 << 20)
-    assert large - small < 64 << 20, f"peak RSS grew by {(large - small) >> 20} MiB for an 8x larger file"
 
 
 def test_dcp_plan_keeps_the_payload_bytes():

@@ -1,5 +1,8 @@
 """Both engines write files that torch.load reads back as the planned tensors, holding the planned payload."""
 
+import itertools
+import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -97,23 +100,69 @@ PEAK_RSS = textwrap.dedent(
     from ckptqual.io.engines.base import RankIO
     from ckptqual.io.payload import PayloadGenerator
     from ckptqual.plan.model import FilePlan, TensorSpec
-    size, path = int(sys.argv[1]), Path(sys.argv[2])
-    spec = FilePlan("big.pt", (TensorSpec("x", size, "int8"),))
-    make_engine("stream").write(path, spec, 0, RankIO(PayloadGenerator(1), rank=0))
+    from ckptqual.plan.safetensors import Piece, ShardFile
+    engine, size, path = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+    tensors = (TensorSpec("x", size, "int8"),)
+    if engine == "safetensors":  # one tensor, two ranks' pieces of it
+        spec = ShardFile(path.name, tensors, ((Piece(0, 0, 0, size // 2), Piece(1, 0, 0, size - size // 2)),))
+    else:
+        spec = FilePlan(path.name, tensors)
+    make_engine(engine).write(path, spec, 0, RankIO(PayloadGenerator(1), rank=0))
     path.unlink()
     print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     """
 )
 
 
-def _peak_rss(size: int, path) -> int:
-    result = subprocess.run(
-        [sys.executable, "-c", PEAK_RSS, str(size), str(path)], capture_output=True, text=True, check=True
-    )
-    return int(result.stdout.strip())
+@pytest.mark.parametrize(
+    "engine, name",
+    [("stream", "big.pt"), ("dcp", "__0_0.distcp"), ("safetensors", "model-00001-of-00001.safetensors")],
+)
+def test_an_engines_memory_does_not_grow_with_file_size(tmp_path, engine, name):
+    def peak(size: int) -> int:
+        args = [sys.executable, "-c", PEAK_RSS, engine, str(size), str(tmp_path / name)]
+        return int(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
 
-
-def test_stream_engine_memory_does_not_grow_with_file_size(tmp_path):
-    small = _peak_rss(32 << 20, tmp_path / "small.pt")
-    large = _peak_rss(512 << 20, tmp_path / "large.pt")
+    small, large = peak(32 << 20), peak(512 << 20)
     assert large - small < 64 << 20, f"peak RSS grew by {(large - small) >> 20} MiB for a 16x larger file"
+
+
+WINDOWED_WRITE = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from ckptqual.io.engines import make_engine
+    from ckptqual.io.engines.base import RankIO
+    from ckptqual.io.payload import PayloadGenerator
+    from ckptqual.plan.model import FilePlan, TensorSpec
+    engine, path, early = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "early"
+    io = RankIO(PayloadGenerator(1), rank=0, chunk_bytes=1 << 20)
+    io.early_writeback = early
+    make_engine(engine).write(path, FilePlan(path.name, (TensorSpec("x", 5 << 20, "int8"),)), 0, io)
+    """
+)
+
+
+@pytest.mark.parametrize("early", [True, False], ids=["early", "at-fsync"])
+@pytest.mark.parametrize(
+    "engine, name", [("stream", "w.pt"), ("dcp", "__0_0.distcp"), ("safetensors", "model-00001-of-00001.safetensors")]
+)
+def test_an_engine_starts_the_writeback_of_its_payload_as_it_writes_it(tmp_path, engine, name, early):
+    """With early writeback each window or chunk of payload written has its writeback started at once
+    (sync_file_range over just that range, on whatever thread wrote it); without, none. The fsync that makes the file
+    durable is the saver's."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed (apt-get install strace)")
+    path, log = tmp_path / name, tmp_path / "strace.log"
+    trace = ["strace", "-f", "-qq", "-o", str(log), "-e", "trace=sync_file_range"]
+    subprocess.run([*trace, sys.executable, "-c", WINDOWED_WRITE, engine, str(path), "early" * early], check=True)
+    ranges = re.findall(r"sync_file_range\(\d+, (\d+), (\d+), SYNC_FILE_RANGE_WRITE\) = 0", log.read_text())
+    started = [(int(offset), int(size)) for offset, size in ranges]
+    if not early:
+        assert started == []
+        return
+    # one range per window or chunk, in file order, one after the other: together all but the file's last piece
+    # (written at close, where the saver's per-file writeback takes over) and its headers
+    assert len(started) >= 4
+    assert all(offset == before + size for (before, size), (offset, _) in itertools.pairwise(started))
+    assert sum(size for _, size in started) >= 4 << 20

@@ -4,32 +4,19 @@ from a file as an attachment would be, with no console error and every figure sh
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
 
-from ckptqual.report.extract import load_run  # noqa: E402
-from ckptqual.report.figures import draw_all  # noqa: E402
-from ckptqual.report.html import write_report  # noqa: E402
-from ckptqual.report.side_by_side import draw_side_by_side  # noqa: E402
+from chromium import launched_browser  # noqa: F401  (the fixture `browser`)
+from ckptqual.report.extract import load_run
+from ckptqual.report.figures import draw_all
+from ckptqual.report.html import write_report
+from ckptqual.report.side_by_side import draw_side_by_side
 
 RESULTS = Path(__file__).parent / "data" / "results"
-CHROMIUM = os.environ.get("CKPTQUAL_CHROMIUM") or shutil.which("chromium")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if CHROMIUM is None or not Path(CHROMIUM).is_file():
-        where = CHROMIUM or "chromium on PATH"
-        pytest.skip(f"no Chromium at {where} (apt-get install chromium, or set CKPTQUAL_CHROMIUM)")
-    with playwright.sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield launched
-        launched.close()
 
 
 @pytest.mark.parametrize("names", [["drive-a.json"], ["drive-a.json", "drive-b.json"]], ids=["one", "two"])

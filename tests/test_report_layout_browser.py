@@ -4,23 +4,21 @@ two and of three recorded runs side by side; and the check itself finds a legend
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
 
-from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.figure import Figure
 
-from ckptqual.report.extract import load_run  # noqa: E402
-from ckptqual.report.figures import Drawn  # noqa: E402
-from ckptqual.report.html import svg, write_report  # noqa: E402
-from ckptqual.report.labels import short_labelled  # noqa: E402
+from chromium import launched_browser  # noqa: F401  (the fixture `browser`)
+from ckptqual.report.extract import load_run
+from ckptqual.report.figures import Drawn
+from ckptqual.report.html import svg, write_report
+from ckptqual.report.labels import short_labelled
 
 RESULTS = Path(__file__).parent / "data" / "results"
-CHROMIUM = os.environ.get("CKPTQUAL_CHROMIUM") or shutil.which("chromium")
 TWO = ("drive-a.json", "drive-b.json")
 THREE = ("loop-ext4-1.json", "loop-ext4-3.json", "loop-ext4-devices.json")
 
@@ -45,17 +43,6 @@ _OVERLAPS = """() => {
   }
   return {figures: figures.map(f => f.id), texts: figures.map(f => f.querySelectorAll('text').length), found};
 }"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if CHROMIUM is None or not Path(CHROMIUM).is_file():
-        where = CHROMIUM or "chromium on PATH"
-        pytest.skip(f"no Chromium at {where} (apt-get install chromium, or set CKPTQUAL_CHROMIUM)")
-    with playwright.sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield launched
-        launched.close()
 
 
 def _overlaps(browser, page_path: Path) -> dict:

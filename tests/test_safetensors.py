@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -128,32 +125,3 @@ def test_ranks_write_shards_then_the_index_through_the_pool(tmp_path):
         read = pool.run("read", directory, plan.ranks, "restore", 0, {"engine": "safetensors"})
     assert written.bytes == read.bytes == plan.total_bytes
     assert sorted(os.listdir(directory))[-1] == INDEX
-
-
-PEAK_RSS = textwrap.dedent(
-    """
-    import resource, sys
-    from pathlib import Path
-    from ckptqual.io.engines import make_engine
-    from ckptqual.io.engines.base import RankIO
-    from ckptqual.io.payload import PayloadGenerator
-    from ckptqual.plan.safetensors import Piece, ShardFile
-    from ckptqual.plan.model import TensorSpec
-    size, path = int(sys.argv[1]), Path(sys.argv[2])
-    half = size // 2
-    spec = ShardFile("model-00001-of-00001.safetensors", (TensorSpec("x", size, "int8"),),
-                     ((Piece(0, 0, 0, half), Piece(1, 0, 0, size - half)),))
-    make_engine("safetensors").write(path, spec, 0, RankIO(PayloadGenerator(1), rank=0))
-    path.unlink()
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    """
-)
-
-
-def test_safetensors_writer_memory_does_not_grow_with_file_size(tmp_path):
-    def peak(size: int) -> int:
-        args = [sys.executable, "-c", PEAK_RSS, str(size), str(tmp_path / "x.safetensors")]
-        return int(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
-
-    small, large = peak(32 << 20), peak(256 << 20)
-    assert large - small < 64 << 20, f"peak RSS grew by {(large - small) >> 20} MiB for an 8x larger file"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.plan.spread import note_dtype, split_by_size
 
 METADATA = ".metadata"
 METADATA_TMP = ".metadata.tmp"
@@ -49,20 +50,6 @@ class DcpRankPlan(RankPlan):
     layout: DcpLayout | None = None
 
 
-def split_by_size(bins: int, tensors: list[TensorSpec]) -> list[list[TensorSpec]]:
-    """torch's `_split_by_size_and_type` for tensors: one bin keeps the order; else largest first, each into the
-    bin with fewest bytes so far (the first such)."""
-    if bins == 1:
-        return [list(tensors)]
-    buckets: list[list[TensorSpec]] = [[] for _ in range(bins)]
-    sizes = [0] * bins
-    for spec in sorted(tensors, key=lambda t: t.nbytes, reverse=True):
-        index = min(range(bins), key=sizes.__getitem__)
-        buckets[index].append(spec)
-        sizes[index] += spec.nbytes
-    return buckets
-
-
 def dcp_plan(plan: CheckpointPlan, threads: int = 1) -> CheckpointPlan:
     """`plan`'s tensors as a DCP checkpoint written with `thread_count=threads`; same payload bytes."""
     if not 1 <= threads <= MAX_THREADS:
@@ -81,9 +68,7 @@ def dcp_plan(plan: CheckpointPlan, threads: int = 1) -> CheckpointPlan:
         for index, bucket in enumerate(split_by_size(threads, tensors)):
             files.append(FilePlan(f"__{rank.rank}_{index}.distcp", tuple(bucket)))
             for position, spec in enumerate(bucket):
-                if dtypes.setdefault(spec.name, spec.dtype) != spec.dtype:
-                    earlier = dtypes[spec.name]
-                    raise ValueError(f"tensor {spec.name!r} is {spec.dtype} on rank {rank.rank}, {earlier} before")
+                note_dtype(dtypes, spec, rank.rank)
                 chunks.append(Chunk(spec, offsets.get(spec.name, 0), rank.rank, index, position))
                 offsets[spec.name] = offsets.get(spec.name, 0) + spec.numel
         rank_files.append((rank.rank, tuple(files)))

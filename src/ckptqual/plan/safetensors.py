@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
+from ckptqual.plan.spread import note_dtype, split_by_size
 
 INDEX = "model.safetensors.index.json"
 # The safetensors library's dtype order (its Dtype enum, for the dtypes a plan holds); a file holds its tensors
@@ -52,20 +53,12 @@ def safetensors_plan(plan: CheckpointPlan) -> CheckpointPlan:
     for rank in plan.ranks:
         for file_index, file in enumerate(rank.files):
             for tensor_index, spec in enumerate(file.tensors):
-                if dtypes.setdefault(spec.name, spec.dtype) != spec.dtype:
-                    earlier = dtypes[spec.name]
-                    raise ValueError(f"tensor {spec.name!r} is {spec.dtype} on rank {rank.rank}, {earlier} before")
+                note_dtype(dtypes, spec, rank.rank)
                 pieces.setdefault(spec.name, []).append(Piece(rank.rank, file_index, tensor_index, spec.numel))
     tensors = [TensorSpec(name, sum(p.numel for p in parts), dtypes[name]) for name, parts in pieces.items()]
     count = min(len(plan.ranks), len(tensors))
-    shards: list[list[TensorSpec]] = [[] for _ in range(count)]
-    sizes = [0] * count
-    for spec in sorted(tensors, key=lambda t: t.nbytes, reverse=True):
-        index = min(range(count), key=sizes.__getitem__)
-        shards[index].append(spec)
-        sizes[index] += spec.nbytes
     files = []
-    for index, shard in enumerate(shards):
+    for index, shard in enumerate(split_by_size(count, tensors)):  # one shard keeps the order: sorted below
         ordered = tuple(sorted(shard, key=file_order))
         name = f"model-{index + 1:05d}-of-{count:05d}.safetensors"
         files.append(ShardFile(name, ordered, tuple(tuple(pieces[spec.name]) for spec in ordered)))

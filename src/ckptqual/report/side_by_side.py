@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ckptqual.report.extract import Run
@@ -48,8 +49,11 @@ def _bars(
             error_kw={"elinewidth": 1, "ecolor": "#333"},
         )
     for group in groups:
-        limits = [(index, by_group[group].limit) for index, by_group in enumerate(series) if group in by_group]
-        limits = [(index, limit) for index, limit in limits if limit is not None]
+        limits = [
+            (index, limit)
+            for index, by_group in enumerate(series)
+            if group in by_group and (limit := by_group[group].limit) is not None
+        ]
         shared = len(limits) == len(runs) and _same([limit for _, limit in limits])
         for index, limit in limits:
             left = groups.index(group) + offsets[index] - width / 2
@@ -63,43 +67,65 @@ def _bars(
     return Drawn(name, title, figure)
 
 
-def pass_seconds_bars(runs: Sequence[Run]) -> Drawn:
-    """Mean seconds per checkpoint (the slowest rank's), one bar per run per pass."""
-    name, title = "side_pass_seconds", "Mean seconds per checkpoint, by pass"
-    series = [pass_seconds(run.data) for run in runs]
-    if not any(series):
-        return Drawn(name, title, None, "no checkpoint was recorded")
-    return _bars(runs, series, name, title, "seconds per checkpoint", lambda n: f"pass {n}")
+@dataclass(frozen=True)
+class BarFigure:
+    """One side-by-side bar figure: its name and title, what each run contributes (per group, a Headline), the y
+    axis, how a group is labelled, and what the page says where no run has any."""
+
+    name: str
+    title: str
+    series: Callable[[dict], dict[Any, Headline]]
+    ylabel: str
+    group_label: Callable[[Any], str]
+    missing: str
+
+    def __call__(self, runs: Sequence[Run]) -> Drawn:
+        series = [self.series(run.data) for run in runs]
+        if not any(series):
+            return Drawn(self.name, self.title, None, self.missing)
+        return _bars(runs, series, self.name, self.title, self.ylabel, self.group_label)
 
 
-def pass_rate_bars(runs: Sequence[Run]) -> Drawn:
-    """Mean GB/s per checkpoint, one bar per run per pass."""
-    name, title = "side_pass_GBps", "Mean GB/s per checkpoint, by pass"
-    series = [pass_rates(run.data) for run in runs]
-    if not any(series):
-        return Drawn(name, title, None, "no checkpoint was recorded")
-    return _bars(runs, series, name, title, "GB/s (1e9 B/s)", lambda n: f"pass {n}")
+def _restore(data: dict) -> dict[Any, Headline]:
+    return {h.name: h for h in headlines(data) if h.name == "restore GB/s"}
 
 
-def restore_bars(runs: Sequence[Run]) -> Drawn:
-    """The restore's GB/s (cold read, every byte verified), one bar per run."""
-    name, title = "side_restore", "Restore GB/s (cold read, every byte verified)"
-    series = [{h.name: h for h in headlines(run.data) if h.name == "restore GB/s"} for run in runs]
-    if not any(series):
-        return Drawn(name, title, None, "no restore was recorded")
-    return _bars(runs, series, name, title, "GB/s (1e9 B/s)", lambda _: "restore")
+def _pass(number: Any) -> str:
+    return f"pass {number}"
 
 
-def heatmaps(runs: Sequence[Run]) -> Drawn:
-    """The read sweep's matrix of each run, on one colour scale, each panel titled with the run's short label."""
-    return sweep_heatmap(runs)
-
+# Mean seconds per checkpoint (the slowest rank's) and mean GB/s per checkpoint, one bar per run per pass; the
+# restore's GB/s (cold read, every byte verified), one bar per run.
+pass_seconds_bars = BarFigure(
+    "side_pass_seconds",
+    "Mean seconds per checkpoint, by pass",
+    pass_seconds,
+    "seconds per checkpoint",
+    _pass,
+    "no checkpoint was recorded",
+)
+pass_rate_bars = BarFigure(
+    "side_pass_GBps",
+    "Mean GB/s per checkpoint, by pass",
+    pass_rates,
+    "GB/s (1e9 B/s)",
+    _pass,
+    "no checkpoint was recorded",
+)
+restore_bars = BarFigure(
+    "side_restore",
+    "Restore GB/s (cold read, every byte verified)",
+    _restore,
+    "GB/s (1e9 B/s)",
+    lambda _: "restore",
+    "no restore was recorded",
+)
 
 SIDE_BY_SIDE: tuple[Callable[[Sequence[Run]], Drawn], ...] = (
     pass_seconds_bars,
     pass_rate_bars,
     restore_bars,
-    heatmaps,
+    sweep_heatmap,  # the read sweep's matrix of each run, on one colour scale, each panel titled with its label
 )
 
 

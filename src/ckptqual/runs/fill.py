@@ -12,10 +12,8 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple
 
 from ckptqual.faults import RunError
 from ckptqual.host import device_bytes
@@ -24,7 +22,18 @@ from ckptqual.host.device_bytes import DeviceBytes, Devices
 from ckptqual.limits.cache_served import cache_served_reason
 from ckptqual.limits.host_bound import host_bound_reason
 from ckptqual.plan.model import CheckpointPlan
-from ckptqual.runs.cadence import BACK_TO_BACK, Cadence, Clock, Due, stall_fraction
+from ckptqual.runs.cadence import (
+    BACK_TO_BACK,
+    AsyncTimes,
+    Cadence,
+    Clock,
+    Due,
+    Stall,
+    WriteBehind,
+    slower_by,
+    stall_fraction,
+    writes_after_stall_s,
+)
 from ckptqual.runs.failure import RankFailure
 from ckptqual.runs.pool import Pool
 from ckptqual.runs.timing import CheckpointTiming
@@ -47,13 +56,6 @@ EarlyStop = Callable[["PassResult"], str | None]
 
 # Removes one checkpoint directory (only the files the run wrote there); raises RunError if it cannot.
 Remover = Callable[[Path, str], None]
-
-
-class Stall(NamedTuple):
-    """An async checkpoint's round as a benchmark sees it when its save returns: the training stall, as its writes
-    are still under way."""
-
-    seconds: float
 
 
 @dataclass(frozen=True)
@@ -86,24 +88,13 @@ class CheckpointRecord:
 
     @property
     def writes_after_stall_s(self) -> float:
-        """How long the drive kept writing this checkpoint after training went on (async), or would have had it been
-        saved asynchronously (sync: the save and the removal before it): the interval its writes need."""
-        return self.seconds_to_durable - self.stall_s if self.async_save else self.seconds_to_durable + self.remove_s
+        """The interval this checkpoint's writes need (runs.cadence.writes_after_stall_s)."""
+        return writes_after_stall_s(self)
 
     def at_seconds(self, nbytes: int, seconds: float) -> CheckpointRecord:
-        """This checkpoint as it would be with `nbytes` written in `seconds`, at the same cadence: a synchronous
-        stall grows with the save; under async save the writes after the stall grow, and what of them outlasts the
-        interval is a wait of the next (here: of this one, each checkpoint alike). Each figure grows with `seconds`
-        (runs.early_stop's bound)."""
-        delta = seconds - self.seconds
-        if not self.async_save:
-            stall = max(0.0, self.stall_s + delta)
-            return replace(
-                self, bytes=nbytes, seconds=seconds, host=None, ranks=[], stall_s=stall, seconds_to_durable=stall
-            )
-        after = max(0.0, self.writes_after_stall_s + delta)
-        wait = max(0.0, after - (self.interval_s or 0.0))
-        stall = self.stage_s + wait
+        """This checkpoint as it would be with `nbytes` written in `seconds`, at the same cadence
+        (runs.cadence.slower_by); each figure grows with `seconds` (runs.early_stop's bound)."""
+        stall, wait, durable = slower_by(self, seconds - self.seconds)
         return replace(
             self,
             bytes=nbytes,
@@ -112,7 +103,7 @@ class CheckpointRecord:
             ranks=[],
             stall_s=stall,
             wait_s=wait,
-            seconds_to_durable=stall + after,
+            seconds_to_durable=durable,
         )
 
     @property
@@ -280,9 +271,7 @@ class FillCampaign:
         self.failure: str | None = None
         self._next_checkpoint = 0
         self.cadence, self.clock = cadence, Clock(cadence.interval_s)
-        self._writer = ThreadPoolExecutor(1, "ckptqual-async-save") if cadence.async_save else None
-        self._in_flight: tuple[Future, PassResult, Callable[..., CheckpointRecord]] | None = None
-        self._last_durable: float | None = None  # when the last checkpoint saved asynchronously became durable
+        self._behind: WriteBehind[CheckpointRecord] | None = WriteBehind(self.clock) if cadence.async_save else None
 
     def checkpoint_dir(self, checkpoint: int) -> Path:
         return self.root / f"checkpoint-{checkpoint:05d}"
@@ -303,20 +292,20 @@ class FillCampaign:
             if reason:
                 result.ended_early = reason
                 raise StopRounds(reason)
-            removed, remove_s = self._make_room() if self._writer is None else (None, 0.0)  # async: removed behind
+            removed, remove_s = self._make_room() if self._behind is None else (None, 0.0)  # async: removed behind
             pending.append((removed, remove_s, self.clock.due()))  # the interval's compute: untimed, as the removal
 
         def write() -> CheckpointRecord | Stall:
             removed, remove_s, due = pending.pop()
-            index = len(result.checkpoints) + (self._in_flight is not None) + 1
-            if self._writer is None:
-                result.checkpoints.append(self._write_one(number, index, removed, remove_s, due))
+            if self._behind is None:
+                result.checkpoints.append(self._write_one(number, len(result.checkpoints) + 1, removed, remove_s, due))
                 return result.checkpoints[-1]
-            return self._save_async(self._writer, result, number, index, due)
+            return self._save_async(self._behind, result, number, due)
 
         try:
             (runner or run_rounds)(write, setup, self.checkpoints_per_pass)
-            self._settle()  # the pass ends once its last checkpoint is durable
+            if self._behind is not None:
+                self._behind.settle()  # the pass ends once its last checkpoint is durable
         except RunError as error:
             self.failure = f"pass {number} failed" + (
                 " (the target ran out of space)" if error.fault == "out-of-space" else ""
@@ -344,59 +333,38 @@ class FillCampaign:
         self.on_checkpoint(record, self.checkpoints_per_pass)
         return record
 
-    def _save_async(self, writer: ThreadPoolExecutor, result: PassResult, number: int, index: int, due: Due) -> Stall:
-        """Once the checkpoint is due and the one before it durable (the wait is stall), the ranks stage their state
-        (stall) and the removal of the oldest and the writes run behind, while training goes on."""
-        self._settle()
-        wait_s = max(0.0, self._last_durable - due.at) if self._last_durable is not None else 0.0
-        checkpoint = self._next_checkpoint
-        what = f"staging of checkpoint {index}/{self.checkpoints_per_pass} of pass {number}"
-        staging = time.monotonic()
-        try:
+    def _save_async(self, behind: WriteBehind[CheckpointRecord], result: PassResult, number: int, due: Due) -> Stall:
+        """The ranks stage their state (the stall, after any wait for the previous save); the removal of the oldest
+        checkpoint and the writes run behind while training goes on, and the record joins the pass once durable."""
+        index = len(result.checkpoints) + behind.writing + 1
+
+        def stage() -> None:
+            what = f"staging of checkpoint {index}/{self.checkpoints_per_pass} of pass {number}"
+            checkpoint = self._next_checkpoint
             self.pool.run("stage", self.checkpoint_dir(checkpoint), self.plan.ranks, what, checkpoint)
-        except RankFailure as error:
-            raise FillError(str(error), error.fault, error.errno) from error
-        staged = time.monotonic()
-        self.clock.stalled(staged)
 
-        def behind() -> tuple[CheckpointRecord, float]:
-            removed, remove_s = self._make_room()
-            return self._write(number, index, removed, remove_s), time.monotonic()
+        def write() -> CheckpointRecord:
+            return self._write(number, index, *self._make_room())
 
-        def finish(written: CheckpointRecord, durable: float) -> CheckpointRecord:
-            stall_s = wait_s + staged - staging
-            return replace(
+        def done(written: CheckpointRecord, times: AsyncTimes) -> None:
+            record = replace(
                 written,
-                stall_s=stall_s,
-                seconds_to_durable=stall_s + durable - staged,
+                stall_s=times.stall_s,
+                seconds_to_durable=times.seconds_to_durable,
                 interval_s=due.kept_s,
-                wait_s=wait_s,
-                stage_s=staged - staging,
+                wait_s=times.wait_s,
+                stage_s=times.stage_s,
                 async_save=True,
             )
+            result.checkpoints.append(record)
+            self.on_checkpoint(record, self.checkpoints_per_pass)
 
-        self._in_flight = (writer.submit(behind), result, finish)
-        return Stall(wait_s + staged - staging)
-
-    def _settle(self) -> None:
-        """Waits for the checkpoint being written behind, if any, adds it to its pass and notes when it became
-        durable."""
-        if self._in_flight is None:
-            return
-        future, result, finish = self._in_flight
-        self._in_flight = None
-        written, self._last_durable = future.result()
-        record = finish(written, self._last_durable)
-        result.checkpoints.append(record)
-        self.on_checkpoint(record, self.checkpoints_per_pass)
+        return behind.save(due, stage, write, done)
 
     def close(self) -> None:
-        """Waits for a checkpoint still being written behind (its failure, if any, is moot now: a run that ends early
-        stops its ranks first) and ends the writer."""
-        if self._writer is not None:
-            with contextlib.suppress(Exception):
-                self._settle()
-            self._writer.shutdown()
+        """Ends the writing behind of an async save, if any (runs.cadence.WriteBehind.close)."""
+        if self._behind is not None:
+            self._behind.close()
 
     def _write(self, number: int, index: int, removed: int | None, remove_s: float) -> CheckpointRecord:
         checkpoint = self._next_checkpoint

@@ -28,15 +28,21 @@ def _depth(path: Path) -> int:
     return len(path.parts)
 
 
+def _sync_behind(io: RankIO, path: Path) -> None:
+    """Starts the writeback of what of a whole file is not under way yet, then makes it durable."""
+    writeback_path(io, path)
+    fsync_path(io, path)
+
+
 def write_checkpoint_files(io: RankIO, task: Task) -> int:
     """Rank side: writes the rank's files of one checkpoint with the task's engine, then fsyncs files and directories.
 
-    The rank creates the directories it needs, so that the main process never waits on the drive. Each file's
-    writeback is started as soon as it is written, on a thread of the rank's own (unless the task's
-    `early_writeback` option is false), so that the drive writes it while the rank makes the next. Syncing once
-    all files are written, not after each, lets the filesystem batch the journal commits of a rank's many small
-    files; the rank is done only when everything it wrote is durable, every directory whose entries changed
-    included (the checkpoint's own and the one that holds it).
+    The rank creates the directories it needs, so that the main process never waits on the drive. With early
+    writeback (the task's `early_writeback` option, on by default) the engine starts the writeback of each chunk
+    as it writes it, and a thread of the rank's own fsyncs each file once it is whole, while the rank makes the
+    next; without, the kernel writes back when it will and the files are fsynced once all are written. The rank is
+    done only when everything it wrote is durable, every directory whose entries changed included (the
+    checkpoint's own and the one that holds it).
     """
     engine = make_engine(task.options["engine"])
     directory, plan = Path(task.directory), task.plan
@@ -46,7 +52,7 @@ def write_checkpoint_files(io: RankIO, task: Task) -> int:
         with io.directory(parent, create=True):
             pass
     finish = getattr(engine, "finish", None)  # a format's commit after every rank's files are durable (dcp)
-    early = task.options.get("early_writeback", True)
+    early = io.early_writeback = task.options.get("early_writeback", True)
     try:
         io.begin("write")
         with ThreadPoolExecutor(1, "ckptqual-writeback") if early else _NONE as behind:
@@ -57,12 +63,13 @@ def write_checkpoint_files(io: RankIO, task: Task) -> int:
                 except OSError as error:
                     raise on_path(error, path) from None
                 if behind is not None:
-                    started.append(behind.submit(writeback_path, io, path))
+                    started.append(behind.submit(_sync_behind, io, path))
             io.begin("fsync")
             for future in started:
                 future.result()
-        for path in paths:
-            fsync_path(io, path)
+        if not early:
+            for path in paths:
+                fsync_path(io, path)
         io.begin("commit")
         for parent in directories_to_sync(directory, [spec.path for spec in plan.files]):
             fsync_directory(io, parent)

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +49,7 @@ class RankIO:
     stage: str = "write"
     tree: RunTree | None = None
     barrier: Any = None  # where every rank of the task meets (set by the worker); an engine's `finish` may wait there
+    early_writeback: bool = True  # an engine starts the writeback of what it wrote as it goes (io.writeback)
 
     def __post_init__(self) -> None:
         self.phases: dict[str, float] = {}
@@ -228,6 +229,44 @@ def meet_to_commit(io: RankIO, what: str) -> None:
         io.barrier.wait()
     except threading.BrokenBarrierError:
         raise RunError(f"{what} not committed: another rank failed before its files were durable", "not-run") from None
+
+
+def commit_shared(
+    io: RankIO, task: Any, name: str, data: Callable[[Path], bytes], staged_as: str | None = None
+) -> None:
+    """Once this rank's files are durable: meets every rank (meet_to_commit), then the coordinator (rank 0) writes a
+    format's shared file `name`, `data(directory)`, new in the task's directory (O_EXCL), fsyncs it and the directory;
+    `staged_as`: written under that name and renamed to `name`, so that `name` appears whole or not at all."""
+    meet_to_commit(io, name)
+    if task.plan.rank != 0:
+        return
+    directory = Path(task.directory)
+    fd = io.open(directory / (staged_as or name), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        write_all(fd, data(directory))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    with io.directory(directory) as handle:
+        if staged_as is not None:
+            os.rename(staged_as, name, src_dir_fd=handle, dst_dir_fd=handle)
+        os.fsync(handle)
+
+
+def write_all(fd: int, data: Any) -> None:
+    """Writes all of `data` (bytes or a uint8 array) at the file's position."""
+    view = memoryview(data).cast("B")
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_payload(io: RankIO, fd: int, chunk: np.ndarray) -> None:
+    """Writes a chunk of payload at the file's position and, with the rank's early writeback, starts writing those
+    pages to the drive at once (io.writeback), so that it works while the rank makes the next chunk."""
+    start = os.lseek(fd, 0, os.SEEK_CUR)
+    write_all(fd, chunk)
+    if io.early_writeback:
+        start_writeback(fd, start, chunk.nbytes)
 
 
 def release_commit(io: RankIO) -> None:

@@ -35,8 +35,16 @@ from torch.distributed.checkpoint.planner import LoadPlan
 from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
 from ckptqual.io.crc import crc32
-from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO, meet_to_commit
-from ckptqual.io.engines.rawfile import expect_bytes, first_difference, read_at, read_into, write_all
+from ckptqual.io.engines.base import (
+    MAX_REPORTED,
+    IntegrityError,
+    Problem,
+    RankIO,
+    commit_shared,
+    write_all,
+    write_payload,
+)
+from ckptqual.io.engines.rawfile import expect_bytes, first_difference, read_at, read_into
 from ckptqual.io.engines.torcharchive import archive_of
 from ckptqual.plan.dcp import METADATA, METADATA_TMP, DcpLayout, DcpRankPlan
 from ckptqual.plan.model import DTYPE_BYTES, FilePlan, TensorSpec
@@ -63,7 +71,7 @@ class DcpEngine:
                     chunk = io.buffer[: min(io.chunk_bytes, tensor.nbytes - offset)]
                     io.generate(chunk, file_index, index, offset)
                     crc = crc32(chunk, crc)
-                    write_all(fd, chunk)
+                    write_payload(io, fd, chunk)
                     offset += chunk.nbytes
                 io.remember_crc(file_index, index, tensor.nbytes, crc)
                 write_all(fd, archive.tail(crc))
@@ -73,20 +81,8 @@ class DcpEngine:
     def finish(self, io: RankIO, task: Any) -> None:
         """After the rank's files are durable: meet every rank, then the coordinator commits `.metadata`."""
         io.stage = "metadata"
-        meet_to_commit(io, METADATA)
-        if task.plan.rank != 0:
-            return
-        directory = Path(task.directory)
-        data = metadata_bytes(_layout(task.plan), str(directory), save_id(io.generator.seed, io.checkpoint))
-        fd = io.open(directory / METADATA_TMP, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        with io.directory(directory) as handle:
-            os.rename(METADATA_TMP, METADATA, src_dir_fd=handle, dst_dir_fd=handle)
-            os.fsync(handle)
+        seed = save_id(io.generator.seed, io.checkpoint)
+        commit_shared(io, task, METADATA, lambda at: metadata_bytes(_layout(task.plan), str(at), seed), METADATA_TMP)
 
     def check_shared(self, io: RankIO, task: Any) -> None:
         """Coordinator, before any read: `.metadata` must be, byte for byte, what was written."""

@@ -2,7 +2,9 @@
 and written out in whole 4 KiB blocks, so that a file's many small records cost one write() and the payload is
 generated in place. With `direct`, the file is opened O_DIRECT and every write is aligned in offset, length and
 memory, as a direct-I/O (or GDS) checkpoint writer's is. Given a spare window and lanes with a helper, a full
-window is written behind, on the helper, while the payload is generated into the other."""
+window is written behind, on the helper, while the payload is generated into the other. With `writeback`, the
+writeback of each window written out is started at once (io.writeback), so that the drive writes the file while the
+rest of it is generated rather than at its fsync."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ckptqual.io.lanes import Lanes
+from ckptqual.io.writeback import start_writeback
 
 BLOCK = 4096
 
@@ -29,7 +32,7 @@ class FileImage:
     """Writes one new file through `window` (page-aligned, a multiple of BLOCK, at least two blocks); `open_file(path,
     flags)` opens it (RankIO.open: never through a symlink). `behind`: a spare window like `window` and the lanes
     whose helper writes one window while the other fills (one write in flight at a time; its error is raised by
-    the next write, patch or close)."""
+    the next write, patch or close). `writeback`: start each written window's writeback at once (buffered only)."""
 
     def __init__(
         self,
@@ -38,6 +41,7 @@ class FileImage:
         open_file: Callable[[Path, int], int],
         direct: bool = False,
         behind: tuple[np.ndarray, Lanes] | None = None,
+        writeback: bool = False,
     ) -> None:
         for buffer in (window, *(behind[:1] if behind else ())):
             if buffer.nbytes % BLOCK or buffer.nbytes < 2 * BLOCK or buffer.nbytes != window.nbytes:
@@ -55,6 +59,7 @@ class FileImage:
                 ) from None
             raise
         self.window, self.direct = window, direct
+        self.writeback = writeback and not direct  # direct I/O leaves no dirty pages
         self._behind = behind if behind is not None and behind[1].count > 1 else None
         self._in_flight: Future | None = None
         self.base = 0  # file offset of window[0]; a multiple of BLOCK
@@ -121,7 +126,7 @@ class FileImage:
         whole = self.fill // BLOCK * BLOCK
         rest = self.fill - whole
         if self._behind is None:
-            self._pwrite(self.window[:whole], self.base)
+            self._write_out(self.window[:whole], self.base)
             self.window[:rest] = self.window[whole : self.fill]
         else:
             self._settle()  # the spare window's write is done: it may fill again
@@ -129,7 +134,7 @@ class FileImage:
             full, self.window = self.window, spare
             self._behind = (full, helpers)
             self.window[:rest] = full[whole : self.fill]
-            self._in_flight = helpers.submit(self._pwrite, full[:whole], self.base)
+            self._in_flight = helpers.submit(self._write_out, full[:whole], self.base)
         self.base, self.fill = self.base + whole, rest
 
     def _settle(self) -> None:
@@ -137,6 +142,12 @@ class FileImage:
         if self._in_flight is not None:
             in_flight, self._in_flight = self._in_flight, None
             in_flight.result()
+
+    def _write_out(self, data: np.ndarray, offset: int) -> None:
+        """Writes a full window's blocks at `offset` and, with `writeback`, starts their writeback."""
+        self._pwrite(data, offset)
+        if self.writeback:
+            start_writeback(self.fd, offset, data.nbytes)
 
     def _pwrite(self, data: np.ndarray, offset: int) -> None:
         view = memoryview(data)

@@ -42,10 +42,3 @@ def read_into(fd: int, out: Any, offset: int, label: str) -> None:
         if count == 0:
             raise IntegrityError(f"{label}: ends at offset {offset + done}, {offset + out.nbytes} bytes written")
         done += count
-
-
-def write_all(fd: int, data: Any) -> None:
-    """Writes all of `data` (bytes or a uint8 array) at the file's position."""
-    view = memoryview(data).cast("B")
-    while view:
-        view = view[os.write(fd, view) :]

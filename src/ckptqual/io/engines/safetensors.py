@@ -22,8 +22,16 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from ckptqual.io.engines.base import MAX_REPORTED, IntegrityError, Problem, RankIO, meet_to_commit
-from ckptqual.io.engines.rawfile import expect_bytes, read_at, read_into, write_all
+from ckptqual.io.engines.base import (
+    MAX_REPORTED,
+    IntegrityError,
+    Problem,
+    RankIO,
+    commit_shared,
+    write_all,
+    write_payload,
+)
+from ckptqual.io.engines.rawfile import expect_bytes, read_at, read_into
 from ckptqual.plan.model import DTYPE_BYTES, FilePlan, TensorSpec
 from ckptqual.plan.safetensors import INDEX, Piece, ShardedRankPlan, ShardFile, file_order
 
@@ -76,25 +84,14 @@ class SafetensorsEngine:
                     chunk = io.buffer[:count]
                     with io.acting_as(piece.rank):
                         io.generate(chunk, piece.file, piece.tensor, offset)
-                    write_all(fd, chunk)
+                    write_payload(io, fd, chunk)
         finally:
             os.close(fd)
 
     def finish(self, io: RankIO, task: Any) -> None:
         """After the rank's shard is durable: meet every rank, then the coordinator writes the index."""
         io.stage = "index"
-        meet_to_commit(io, INDEX)
-        if task.plan.rank != 0:
-            return
-        directory = Path(task.directory)
-        fd = io.open(directory / INDEX, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        try:
-            write_all(fd, index_bytes(_plan(task.plan)))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        with io.directory(directory) as handle:
-            os.fsync(handle)
+        commit_shared(io, task, INDEX, lambda _: index_bytes(_plan(task.plan)))
 
     def check_shared(self, io: RankIO, task: Any) -> None:
         """Coordinator, before any read: the index must be, byte for byte, what was written."""

@@ -34,7 +34,7 @@ class StreamEngine:
         if len(self._windows) < wanted or self._windows[0].nbytes != size:
             self._windows = [aligned_buffer(size) for _ in range(wanted)]
         behind = (self._windows[1], helpers) if wanted == 2 else None
-        image = FileImage(path, self._windows[0], io.open, self.direct, behind)
+        image = FileImage(path, self._windows[0], io.open, self.direct, behind, io.early_writeback)
         try:
             write_archive(image, spec, serialization_id(io.checkpoint, io.rank, file_index), file_index, io)
         except BaseException:
