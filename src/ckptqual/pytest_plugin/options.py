@@ -16,6 +16,7 @@ from ckptqual.config.space import check_ceiling, check_inodes, check_space
 from ckptqual.config.table import SETTINGS, add_options
 from ckptqual.config.values import SettingsError
 from ckptqual.host import gpu
+from ckptqual.limits.ceiling import Ceiling
 from ckptqual.limits.verdict import RunVerdict
 from ckptqual.pytest_plugin.junit import junit_path
 from ckptqual.report.record import RunRecord
@@ -45,13 +46,14 @@ class DriveRun:
                 self.record.ceiling(self.ceiling)
         return self.record
 
-    def check_ceiling(self) -> None:
+    def check_ceiling(self) -> dict[str, Ceiling]:
         """Measures the suite's own speed on memory, records the ceiling it gives this drive and refuses (SettingsError)
-        an absolute minimum above it; before any I/O on the target."""
+        an absolute minimum above it; before any I/O on the target. Returns each phase's ceiling."""
         self.ceiling, ceilings = measure_ceiling(self.settings.engine, self.settings.drives_at_once)
         if self.record is not None:
             self.record.ceiling(self.ceiling)
         check_ceiling(self.settings, ceilings)
+        return ceilings
 
 
 _DRIVES = pytest.StashKey[list[DriveRun] | SettingsError]()
@@ -193,9 +195,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         try:
             check_runnable(run.settings, running)
             parts = selected_parts(running)
-            check_space(run.settings, parts)
+            ceilings = run.check_ceiling()  # first: a fix for too little space must be a run this host can qualify
+            check_space(run.settings, parts, ceilings=ceilings)
             check_inodes(run.settings, parts)
-            run.check_ceiling()
         except SettingsError as error:
             if len(runs) == 1:
                 config.stash[REFUSED] = str(error)
