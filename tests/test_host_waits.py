@@ -238,13 +238,13 @@ def test_busy_loops_on_every_core_leave_a_throttled_drive_judged_and_a_limit_abo
         with busy_loops(cpus):
             found = figures(pool, throttled, rounds=2, numel=LOADED_RANK_BYTES, files=LOADED_FILES)
     judged = verdicts(found, LOADED_WRITE_BPS, LOADED_READ_BPS)
-    shown = [(kind, f"{rate:.1f} MB/s", f"CPUs {host.cpu_busy:.0%}", f"waits {host.wait_share:.1%}") for kind, rate,
-             host, _ in judged]  # fmt: skip
+    limit = {"fill": LOADED_WRITE_BPS / 1e6, "restore": LOADED_READ_BPS / 1e6}
+    shown = [(kind, f"{rate / limit[kind]:.3f} of {limit[kind]:g} MB/s", f"CPUs {host.cpu_busy:.0%}",
+              f"waits {host.wait_share:.3f} s a second") for kind, rate, host, _ in judged]  # fmt: skip
     print(shown)
     assert all(host.cpu_busy >= CPU_SATURATED for _, _, host, _ in judged), shown  # the old rule: all host-bound
     for kind, rate, host, outcome in judged:
-        throttle_mbps = (LOADED_WRITE_BPS if kind == "fill" else LOADED_READ_BPS) / 1e6
-        assert abs(rate / throttle_mbps - 1) <= WITHIN, shown  # the drive's figure, not the host's
+        assert abs(rate / limit[kind] - 1) <= WITHIN, shown  # the drive's figure, not the host's
         assert host.wait_share <= MAX_WAIT_SHARE and outcome is Outcome.FAIL, shown  # judged, and failed
     assert overall(judged) is Overall.NOT_QUALIFIED, shown
 
