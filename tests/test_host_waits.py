@@ -220,11 +220,14 @@ def overall(judged: list[tuple[str, float, HostUse, Outcome]]) -> Overall:
     return overall_verdict({"t": {"subject": "t", "outcome": str(conclusion.outcome), "message": ""}}).overall
 
 
-# Under busy loops the drive is throttled low enough that neither the ranks nor the loop device's kernel workers are
-# ever short of a CPU beside them: measured on the 2-core host, at 100 MB/s the write figure came to 0.67-0.82 of the
-# throttle (the loop device's workers waited behind the loops), at 30 MB/s it stays within a few per cent.
-LOADED_WRITE_BPS, LOADED_READ_BPS = 2_500_000, 3_750_000
-LOADED_RANK_BYTES, LOADED_FILES = 10_000_000, 8  # two ranks: 20 MB a checkpoint, 8 s at the write throttle
+# Under busy loops the drive is throttled so low that its figures' time is long against the CPU work in them: a
+# rank's thread that wakes waits its turn behind the loops (and behind whatever else runs: at load 40 a burst of its
+# work waits about twenty times its length), so its waits grow with the load while the figure's time does not. On
+# the 2-core host (docs/verdict.md): at 100 MB/s the write figure came to 0.67-0.82 of the throttle, at 2.5 MB/s to
+# 0.96-1.00, but a restore's waits reached 0.29 s a second at load 27 and at 1.25 MB/s 0.35 at load 44; at 0.625
+# MB/s they stayed at 0.01-0.12 (load 23-39), the figures at 0.97-0.99 of the throttle.
+LOADED_WRITE_BPS, LOADED_READ_BPS = 625_000, 937_500
+LOADED_RANK_BYTES, LOADED_FILES = 2_500_000, 4  # two ranks: 5 MB a checkpoint, 8 s at the write throttle
 WITHIN = 0.1  # the figure within 10 % of its throttle
 
 
@@ -241,7 +244,6 @@ def test_busy_loops_on_every_core_leave_a_throttled_drive_judged_and_a_limit_abo
     limit = {"fill": LOADED_WRITE_BPS / 1e6, "restore": LOADED_READ_BPS / 1e6}
     shown = [(kind, f"{rate / limit[kind]:.3f} of {limit[kind]:g} MB/s", f"CPUs {host.cpu_busy:.0%}",
               f"waits {host.wait_share:.3f} s a second") for kind, rate, host, _ in judged]  # fmt: skip
-    print(shown)
     assert all(host.cpu_busy >= CPU_SATURATED for _, _, host, _ in judged), shown  # the old rule: all host-bound
     for kind, rate, host, outcome in judged:
         assert abs(rate / limit[kind] - 1) <= WITHIN, shown  # the drive's figure, not the host's
