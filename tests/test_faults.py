@@ -209,6 +209,54 @@ def test_enospc_in_a_qualification_run_fails_that_pass_and_the_reports_say_why(s
     assert list(target.iterdir()) == []
 
 
+def test_a_target_full_before_the_run_is_refused_in_one_line_before_any_write(loop_ext4, tmp_path):
+    mount = loop_ext4("64M", mkfs=("-m", "0"))
+    target = mount / "target"
+    target.mkdir()
+    fill_up(mount / "ballast.bin")
+    process = suite("--target", str(target), "--results", str(tmp_path / "r.json"), env=plugins_env())
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 4, output[-3000:]
+    assert "Traceback" not in output and "Error:" not in output, output[-3000:]
+    refusal = output.rstrip().splitlines()[-1]
+    assert refusal.startswith(f"ERROR: --target {target}: the run needs ") and refusal.endswith("use a larger target")
+    assert list(target.iterdir()) == []
+
+
+def test_enospc_in_the_runs_own_setup_is_one_line_naming_the_target_and_the_fix(loop_ext4, tmp_path):
+    """The space check passes; then another process fills the filesystem to its last block just before the first
+    test's fixtures open the run (its lock, marker, run directory and manifest): every test fails in one line."""
+    mount = loop_ext4("200M", mkfs=("-m", "0"))  # no blocks kept for root: full is full for the suite too
+    target = mount / "target"
+    target.mkdir()
+    env = plugins_env(CKPTQUAL_BALLAST=str(mount / "ballast.bin"), CKPTQUAL_BALLAST_BEFORE="test_fill_pass[1]",
+                      CKPTQUAL_BALLAST_AT="setup", CKPTQUAL_BALLAST_LEAVE_BYTES="0")  # fmt: skip
+    process = suite("-p", "ballast", "--target", str(target), "--results", str(tmp_path / "r.json"), env=env)
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 1, output[-3000:]  # NOT QUALIFIED: the drive had no space (docs/verdict.md)
+    assert "Traceback" not in output and "OSError" not in output and "TargetError" not in output, output[-3000:]
+    verdict = output.rstrip().splitlines()[-1]
+    assert verdict.startswith(f"ckptqual verdict: NOT QUALIFIED: pass 1 FAIL (in setup): create {target}/"), verdict
+    assert "[Errno 28 ENOSPC] No space left on device" in verdict and "free some or use a larger target" in verdict
+    assert list(target.iterdir()) == []  # the lock and the marker undone
+
+
+def plugins_env(**more: str) -> dict[str, str]:
+    """The fault plugins importable beside this tree's ckptqual."""
+    paths = [str(REPO / "tests" / "fault_plugins"), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(filter(None, paths)), **more}
+
+
+def fill_up(path: Path) -> None:
+    """Writes `path` until its filesystem has no block left (ENOSPC)."""
+    with open(path, "wb", buffering=0) as ballast:
+        try:
+            while True:
+                ballast.write(b"\xff" * (1 << 20))
+        except OSError as error:
+            assert error.errno == 28, error
+
+
 @pytest.mark.parametrize("fault", ["ENOSPC", "EIO"])
 def test_a_fault_while_the_sweep_sets_up_fails_its_first_cell_in_one_line(tmpfs, loop_ext4, tmp_path, fault):
     """The filesystem full (ENOSPC), or shut down (EIO, the ext4 shutdown ioctl), just before the sweep's first cell

@@ -20,11 +20,12 @@ from ckptqual.host.cpu import HostSampler, HostUse
 from ckptqual.host.device_bytes import DeviceBytes
 from ckptqual.host.waits import ThreadWatch, Waits, between, own_threads
 from ckptqual.limits.cache_served import OTHER_IO, cache_served_reason, most_bytes
-from ckptqual.limits.host_bound import CPU_SATURATED, MAX_WAIT_SHARE, host_bound_reason
+from ckptqual.limits.host_bound import CPU_SATURATED, MAX_WAIT_SHARE, PER_SECOND, host_bound_reason, waits_text
 from ckptqual.limits.judgement import judge
 from ckptqual.limits.limits import Limit, Outcome
 from ckptqual.limits.verdict import UNCOUNTED, Findings, Overall, overall_verdict, uncounted_basis
 from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
+from ckptqual.report.summary import summary_lines
 from ckptqual.report.verdict import record_basis
 from ckptqual.runs.pool import RankPool
 from suite_runs import junit_cases, lenient_drive, results, run_suite
@@ -32,11 +33,12 @@ from suite_runs import junit_cases, lenient_drive, results, run_suite
 BLKIO = Path("/sys/fs/cgroup/blkio")
 WRITE_BPS, READ_BPS = 100_000_000, 150_000_000
 RANK_BYTES = 20_000_000  # two ranks: 40 MB a checkpoint, 0.4 s at the write throttle
-BACKGROUND_WAIT_SHARE = 0.1  # a probe that waits more than this before the busy loops start: other work is heavy
 
 
-def plans(ranks: int = 2, numel: int = RANK_BYTES) -> tuple[RankPlan, ...]:
-    return tuple(RankPlan(r, (FilePlan(f"rank{r}.pt", (TensorSpec("x", numel, "int8"),)),)) for r in range(ranks))
+def plans(ranks: int = 2, numel: int = RANK_BYTES, files: int = 1) -> tuple[RankPlan, ...]:
+    """`ranks` ranks of `files` files each, `numel` bytes a rank in all."""
+    tensor = (TensorSpec("x", numel // files, "int8"),)
+    return tuple(RankPlan(r, tuple(FilePlan(f"rank{r}-{f}.pt", tensor) for f in range(files))) for r in range(ranks))
 
 
 def test_a_threads_waits_are_the_growth_of_its_schedstat_and_a_new_thread_counts_from_its_start():
@@ -73,11 +75,31 @@ def test_busy_cpus_do_not_make_a_figure_host_bound_its_own_waits_do():
     assert host_bound_reason(use(0.05, cpu_busy=1.0)) is None  # the old rule: 100 % busy CPUs were host-bound
     reason = host_bound_reason(use(0.9, cpu_busy=0.5))  # the old rule: half-idle CPUs were never host-bound
     assert reason == (
-        "host-bound: threads of ranks waited 1.80 s for a CPU in 2.00 s (at most 90% of a process's time), ran "
-        f"0.40 s, more than {MAX_WAIT_SHARE:.0%} of the figure waiting for a CPU"
+        "host-bound: threads of ranks waited 1.80 s for a CPU in 2.00 s (0.90 s a second in the process that waited "
+        f"most, its threads added up), ran 0.40 s, more than {MAX_WAIT_SHARE:.2f} s a second waiting for a CPU"
     )
     fallback = host_bound_reason(use(None, cpu_busy=CPU_SATURATED))  # waits unreadable: the whole host decides
     assert fallback and "the threads' own waits could not be read" in fallback
+
+
+def test_a_many_threaded_figures_waits_read_as_seconds_a_second_in_results_junit_and_summary_alike():
+    """16 sweep threads that waited 7.50 s in 1.60 s: 4.69 s a second, never "469% of a process's time"."""
+    cell = HostUse(1.6, 1.2, 2, 1.0, "vda", 0.9, 1.3, 7.5, 7.5 / 1.6, None)
+    words = f"4.69 s {PER_SECOND}"
+    reason = host_bound_reason(cell, "the sweep's process")
+    assert reason == (
+        f"host-bound: threads of the sweep's process waited 7.50 s for a CPU in 1.60 s ({words}), ran 1.30 s, "
+        "more than 0.25 s a second waiting for a CPU"
+    )
+    text = waits_text(cell, "the sweep's process")
+    assert text and words in text and "%" not in text
+    rule = Limit("sweep_read_bandwidth", "GB/s", "test", min=5.0, number=1)
+    [judged] = judge([rule], rule.measurement, 1.0, "GB/s", {"cell": "cpu-only-8K-16"}, {}, 1.0, reason, waits=text)
+    assert judged.to_dict()["waits"] == text  # the results' line
+    assert f"[{text}]" in (judged.figure() or "")  # the JUnit line
+    record = {"sweep": {"cells": [{"id": "cpu-only-8K-16", "cpu_s_per_GB": 1.0, "host": {"wait_share": 7.5 / 1.6}}]}}
+    line = f"CPU waits (seconds the figures' own threads waited for a CPU, {PER_SECOND}; host-bound above 0.25 s): "
+    assert f"{line}sweep cpu-only-8K-16 4.69 s" in summary_lines(record)
 
 
 def test_devices_that_moved_clearly_more_than_the_suite_served_other_io_with_both_counts():
@@ -160,24 +182,30 @@ def evict(directory: Path) -> None:
             os.close(fd)
 
 
-def figures(pool: RankPool, mount: Path, rounds: int) -> list[tuple[str, float, HostUse]]:
-    """`rounds` checkpoints written and each read back cold: (fill or restore, MB/s, the host's use)."""
+def figures(
+    pool: RankPool, mount: Path, rounds: int, numel: int = RANK_BYTES, files: int = 1
+) -> list[tuple[str, float, HostUse]]:
+    """`rounds` checkpoints (`numel` bytes a rank in `files` files) written and each read back cold: (fill or
+    restore, MB/s, the host's use)."""
     found = []
     for checkpoint in range(rounds):
         directory = mount / f"checkpoint-{checkpoint}"
-        timing = pool.write_checkpoint(directory, checkpoint, plans(), "stream")
+        timing = pool.write_checkpoint(directory, checkpoint, plans(numel=numel, files=files), "stream")
         found.append(("fill", timing.bytes / timing.seconds / 1e6, timing.host))
         evict(directory)
-        timing = pool.run("read", directory, plans(), "restore", checkpoint, {"engine": "stream"})
+        options = {"engine": "stream"}
+        timing = pool.run("read", directory, plans(numel=numel, files=files), "restore", checkpoint, options)
         found.append(("restore", timing.bytes / timing.seconds / 1e6, timing.host))
     return found
 
 
-def verdicts(found: list[tuple[str, float, HostUse]]) -> list[tuple[str, float, HostUse, Outcome]]:
+def verdicts(
+    found: list[tuple[str, float, HostUse]], write_bps: int = WRITE_BPS, read_bps: int = READ_BPS
+) -> list[tuple[str, float, HostUse, Outcome]]:
     """Each figure judged against a minimum above its throttle, as the suite judges it."""
     judged = []
     for kind, rate, host in found:
-        above = (WRITE_BPS if kind == "fill" else READ_BPS) * 1.5 / 1e9
+        above = (write_bps if kind == "fill" else read_bps) * 1.5 / 1e9
         rule = Limit(f"{kind}_throughput", "GB/s", "test: above the throttle", min=above, number=1)
         [judgement] = judge([rule], rule.measurement, rate / 1e3, "GB/s", {}, {}, 1.0, host_bound_reason(host))
         judged.append((kind, rate, host, judgement.verdict.outcome))
@@ -192,39 +220,34 @@ def overall(judged: list[tuple[str, float, HostUse, Outcome]]) -> Overall:
     return overall_verdict({"t": {"subject": "t", "outcome": str(conclusion.outcome), "message": ""}}).overall
 
 
-def probe_wait_share(seconds: float = 0.5) -> float:
-    """The share of its time a thread that works 1 ms and sleeps 4 ms (as a rank waiting on a drive does) waits for
-    a CPU on this host now."""
-    schedstat = Path("/proc/thread-self/schedstat")
-    start, before = time.monotonic(), int(schedstat.read_text().split()[1])
-    while time.monotonic() - start < seconds:
-        spin(0.001)
-        time.sleep(0.004)
-    return (int(schedstat.read_text().split()[1]) - before) / 1e9 / (time.monotonic() - start)
+# Under busy loops the drive is throttled so low that its figures' time is long against the CPU work in them: a
+# rank's thread that wakes waits its turn behind the loops (and behind whatever else runs: at load 40 a burst of its
+# work waits about twenty times its length), so its waits grow with the load while the figure's time does not. On
+# the 2-core host (docs/verdict.md): at 100 MB/s the write figure came to 0.67-0.82 of the throttle, at 2.5 MB/s to
+# 0.96-1.00, but a restore's waits reached 0.29 s a second at load 27 and at 1.25 MB/s 0.35 at load 44; at 0.625
+# MB/s they stayed at 0.01-0.12 (load 23-39), the figures at 0.97-0.99 of the throttle.
+LOADED_WRITE_BPS, LOADED_READ_BPS = 625_000, 937_500
+LOADED_RANK_BYTES, LOADED_FILES = 2_500_000, 4  # two ranks: 5 MB a checkpoint, 8 s at the write throttle
+WITHIN = 0.1  # the figure within 10 % of its throttle
 
 
-@pytest.mark.skip(reason="not yet reliable on a 2-core host: its judged figures and outcomes vary from run to run")
 def test_busy_loops_on_every_core_leave_a_throttled_drive_judged_and_a_limit_above_it_not_qualified(throttled):
-    background = probe_wait_share()
-    if background > BACKGROUND_WAIT_SHARE:
-        pytest.skip(
-            f"other work on this host already keeps a thread waiting {background:.0%} of its time for a CPU: the case "
-            "of busy loops alone cannot be shown"
-        )
+    numbers = subprocess.run(["findmnt", "-n", "-o", "MAJ:MIN", str(throttled)], capture_output=True, text=True)
+    throttle(numbers.stdout.strip(), LOADED_WRITE_BPS, LOADED_READ_BPS)
     cpus = sorted(os.sched_getaffinity(0))
-    with RankPool(2, seed=5, timeout_s=300, sampler=HostSampler(throttled)) as pool, busy_loops(cpus):
-        judged = verdicts(figures(pool, throttled, rounds=2))
-    shown = [(kind, f"{rate:.1f} MB/s", f"CPUs {host.cpu_busy:.0%}", f"waits {host.wait_share:.0%}") for kind, rate,
-             host, _ in judged]  # fmt: skip
+    with RankPool(2, seed=5, timeout_s=300, sampler=HostSampler(throttled)) as pool:
+        warm = pool.write_checkpoint(throttled / "warm-up", 0, plans(numel=1 << 20), "stream")  # a rank's first
+        assert warm.bytes == 2 << 20  # write loads its engine and buffers: work the suite's baseline does first too
+        with busy_loops(cpus):
+            found = figures(pool, throttled, rounds=2, numel=LOADED_RANK_BYTES, files=LOADED_FILES)
+    judged = verdicts(found, LOADED_WRITE_BPS, LOADED_READ_BPS)
+    limit = {"fill": LOADED_WRITE_BPS / 1e6, "restore": LOADED_READ_BPS / 1e6}
+    shown = [(kind, f"{rate / limit[kind]:.3f} of {limit[kind]:g} MB/s", f"CPUs {host.cpu_busy:.0%}",
+              f"waits {host.wait_share:.3f} s a second") for kind, rate, host, _ in judged]  # fmt: skip
     assert all(host.cpu_busy >= CPU_SATURATED for _, _, host, _ in judged), shown  # the old rule: all host-bound
-    for kind, throttle_bps in (("fill", WRITE_BPS), ("restore", READ_BPS)):
-        fair = [rate for k, rate, host, _ in judged if k == kind and host.wait_share <= MAX_WAIT_SHARE]
-        if not fair:  # other work started beside the loops (a test run next to this one): nothing left to show
-            pytest.skip(f"every {kind} figure's threads waited over {MAX_WAIT_SHARE:.0%} for a CPU: {shown}")
-        # The drive's, not the host's; 0.78-0.79 of the write throttle was seen on the 2-core CI host under the two
-        # loops (the loop device's own kernel workers wait behind them too, which no rank's waits show).
-        assert max(fair) >= (0.75 if kind == "fill" else 0.9) * throttle_bps / 1e6, shown
-    assert {outcome for _, _, host, outcome in judged if host.wait_share <= MAX_WAIT_SHARE} == {Outcome.FAIL}, shown
+    for kind, rate, host, outcome in judged:
+        assert abs(rate / limit[kind] - 1) <= WITHIN, shown  # the drive's figure, not the host's
+        assert host.wait_share <= MAX_WAIT_SHARE and outcome is Outcome.FAIL, shown  # judged, and failed
     assert overall(judged) is Overall.NOT_QUALIFIED, shown
 
 
@@ -363,5 +386,5 @@ def test_the_suite_records_every_figures_waits_and_names_uncountable_device_byte
     assert uncounted.startswith(f"{UNCOUNTED} (raw write, raw read, fill checkpoints, restores): ")
     line = junit_cases(junit)["test_fill_pass[1]"]["properties"]["ckptqual.line"]
     assert "fill_throughput" in line and "[threads of ranks waited " in line, line
-    waits = "CPU waits (the figures' own threads waiting for a CPU, share of their time; host-bound above 25%)"
+    waits = f"CPU waits (seconds the figures' own threads waited for a CPU, {PER_SECOND}; host-bound above 0.25 s)"
     assert f"{waits}: pass 1 " in done.stdout, done.stdout[-3000:]

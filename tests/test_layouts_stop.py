@@ -1,9 +1,16 @@
-"""Once a layout fails (the drive failed, or the run directory was tampered with), the odd layouts stop at once:
-no more are written, none is shrunk, and the summary counts only the layouts written and verified."""
+"""Once a layout fails (the drive failed: a frozen filesystem; a rank stopped; the run directory tampered with), the
+odd layouts stop at once: no more are written, none is shrunk, and the summary counts only the layouts written and
+verified."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 from suite_runs import REPO, LiveSuite, junit_cases, results
 
@@ -33,3 +40,86 @@ def test_the_odd_layouts_stop_at_the_first_failure_and_count_only_what_was_writt
     assert "odd shard layouts: 0 written and verified" in output, output[-3000:]
     assert junit_cases(xml)["test_shard_layouts"]["outcome"] in ("failure", "error")
     assert list(outside.iterdir()) == []
+
+
+def layouts_running(target: Path, timeout_s: float = 300) -> None:
+    """Waits until the run has begun its second odd layout (its directory exists under the run's layouts/)."""
+    deadline = time.monotonic() + timeout_s
+    while not list(target.glob("ckptqual-run-*/layouts/layout-001*")):
+        assert time.monotonic() < deadline, f"no second layout within {timeout_s} s"
+        time.sleep(0.02)
+
+
+def rank_pids(parent: int) -> list[int]:
+    """The suite's rank processes: the children its pytest process started with multiprocessing's spawn."""
+    children = []
+    for task in Path(f"/proc/{parent}/task").iterdir():
+        children += [int(pid) for pid in (task / "children").read_text().split()]
+    return sorted(pid for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes())
+
+
+def layouts_run(tmp_path: Path, target: Path, *more: str) -> tuple[LiveSuite, Path, Path]:
+    xml, json_path = tmp_path / "q.xml", tmp_path / "r.json"
+    args = [*TINY[:-4], "--layout-examples", "200", "--layout-max-bytes", "32M", "--rank-timeout", str(RANK_TIMEOUT_S)]
+    args += ["--target", str(target), "--junitxml", str(xml), "--results", str(json_path), *more]
+    return LiveSuite(tmp_path / "log", *args, tests=("test_shard_layouts.py",)), xml, json_path
+
+
+RANK_TIMEOUT_S = 10
+CLEANUP_S = 60  # stopping the ranks, removing what the run wrote, the reports: on a loaded 2-core host
+
+
+def assert_stopped_in_one_line(output: str, record: dict, xml: Path, cause: str) -> None:
+    """The layouts stopped at the failed one, its cause named once, not QUALIFIED, and no traceback."""
+    assert "Traceback" not in output, output[-3000:]
+    failed = [line for line in output.splitlines() if line.startswith("ckptqual: layout ") and " failed: " in line]
+    assert len(failed) == 1 and cause in output, output[-3000:]
+    number = int(failed[0].split()[2])
+    assert f"ckptqual: layout {number + 1}" not in output, output[-3000:]
+    assert record["verdict"]["overall"] != "QUALIFIED" and len(record.get("layouts", [])) <= 2, record["verdict"]
+    assert junit_cases(xml)["test_shard_layouts"]["outcome"] in ("failure", "error")
+    written = next(line for line in output.splitlines() if line.startswith("odd shard layouts: "))
+    assert "NOT_RUN" not in written, written
+
+
+def test_a_frozen_filesystem_stops_the_odd_layouts_at_once(loop_ext4, tmp_path):
+    point = loop_ext4("512M")
+    target = point / "target"
+    target.mkdir()
+    suite, xml, json_path = layouts_run(tmp_path, target)
+    layouts_running(target)
+    subprocess.run(["fsfreeze", "-f", str(point)], check=True)
+    frozen = time.monotonic()
+    try:
+        code = suite.finish(timeout_s=RANK_TIMEOUT_S + CLEANUP_S)
+    finally:
+        subprocess.run(["fsfreeze", "-u", str(point)], check=True)
+    output, record = suite.output(), results(json_path)
+    assert code == 1, output[-3000:]  # NOT QUALIFIED: the drive did not respond
+    assert time.monotonic() - frozen < RANK_TIMEOUT_S + CLEANUP_S
+    assert_stopped_in_one_line(output, record, xml, "the drive did not respond")
+    cleaned = subprocess.run(
+        [sys.executable, "-m", "ckptqual.cli", "clean", str(target)], capture_output=True, text=True, timeout=120
+    )  # the fix the run names for what it could not remove from the frozen drive
+    assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+    assert list(target.iterdir()) == []
+
+
+def test_a_stopped_rank_stops_the_odd_layouts_at_once(loop_ext4, tmp_path):
+    target = loop_ext4("512M") / "target"
+    target.mkdir()
+    suite, xml, json_path = layouts_run(tmp_path, target)
+    layouts_running(target)
+    [rank, *_] = rank_pids(suite.process.pid)
+    os.kill(rank, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        code = suite.finish(timeout_s=RANK_TIMEOUT_S + CLEANUP_S)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(rank, signal.SIGCONT)
+    output, record = suite.output(), results(json_path)
+    assert code != 0, output[-3000:]
+    assert time.monotonic() - stopped < RANK_TIMEOUT_S + CLEANUP_S
+    assert_stopped_in_one_line(output, record, xml, "(stopped)")
+    assert list(target.iterdir()) == []  # the drive answered: the run removed all it wrote

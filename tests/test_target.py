@@ -604,8 +604,9 @@ def test_a_lock_file_planted_as_a_fifo_is_refused_without_waiting_on_it(tmp_path
 )
 def test_inode_exhaustion_leaves_nothing_and_says_so_in_one_line(tmpfs, inodes, failing):
     point = tmpfs(f"size=16m,nr_inodes={inodes}")  # the root takes one inode
-    with pytest.raises(TargetError) as raised:
+    with pytest.raises(RunError) as raised:  # the drive's fault, as when the manifest's rewrite fails: one line
         open_target(point)
+    assert raised.value.fault == "out-of-space" and raised.value.target_at_fault
     message = str(raised.value)
     assert message.startswith("create ") and failing in message.split(":")[0]
     assert "[Errno 28 ENOSPC] No space left on device" in message and "df -i" in message

@@ -5,6 +5,7 @@ name) and CKPTQUAL_BALLAST_LEAVE_BYTES (free space to leave); load with `-p ball
 CKPTQUAL_BALLAST_AT=setup the filesystem fills before the test's fixtures are set up, not after.
 """
 
+import errno
 import os
 import shutil
 
@@ -17,10 +18,15 @@ def _fill(item: pytest.Item, phase: str) -> None:
     path = os.environ["CKPTQUAL_BALLAST"]
     leave = int(os.environ["CKPTQUAL_BALLAST_LEAVE_BYTES"])
     free = shutil.disk_usage(os.path.dirname(path)).free
-    with open(path, "wb") as ballast:
-        ballast.write(b"\xff" * max(0, free - leave))
-        ballast.flush()
-        os.fsync(ballast.fileno())
+    chunk = b"\xff" * (1 << 20)
+    with open(path, "wb", buffering=0) as ballast:
+        try:
+            for start in range(0, max(0, free - leave), len(chunk)):
+                ballast.write(chunk[: free - leave - start])
+            os.fsync(ballast.fileno())
+        except OSError as error:  # leave 0: the file's own blocks fill the last of it first
+            if error.errno != errno.ENOSPC or leave:
+                raise
 
 
 @pytest.hookimpl(tryfirst=True)

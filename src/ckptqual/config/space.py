@@ -3,7 +3,9 @@ and in inodes; beside it, the check that every absolute minimum throughput is on
 
 The raw baseline is written and removed first, alone. Then the fill's checkpoints stay until the end, and beside
 them the read sweep's files and the odd layouts (each with its regular twin) come and go one after the other. A run
-that does not fit is refused once, with a fix that makes the whole run fit, checked by resolving the run again.
+that does not fit is refused once, with a fix that makes the whole run fit, checked by resolving the run again (which
+refuses a required steady state it cannot show) and against this host's ceiling (a fix with an absolute minimum the
+host cannot measure is no fix); where no fix can qualify, the refusal suggests none.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ckptqual.config.table import COMMAND_LINE, setting
 from ckptqual.config.values import SettingsError
 from ckptqual.host.target import describe_leftovers
 from ckptqual.limits.ceiling import REFUSAL_FIX, Ceiling, limits_above
+from ckptqual.limits.steady import WINDOW as STEADY_WINDOW
 from ckptqual.limits.units import format_size
 from ckptqual.plan.footprint import RESERVE_BYTES, checkpoint_footprint_bytes
 from ckptqual.plan.model import CheckpointPlan
@@ -60,16 +63,18 @@ def space_needed(run: RunSettings, parts: set[str]) -> SpaceNeed:
     )
 
 
-def check_space(run: RunSettings, parts: set[str], free_bytes: int | None = None) -> None:
-    """Raises one TargetProblem (a SettingsError), with need and free space per part and a fix, unless `parts` fit
-    the target."""
+def check_space(
+    run: RunSettings, parts: set[str], free_bytes: int | None = None, ceilings: dict[str, Ceiling] | None = None
+) -> None:
+    """Raises one TargetProblem (a SettingsError), with need and free space per part and a fix that could qualify
+    under `ceilings` (this host's, limits.ceiling; None: not checked), unless `parts` fit the target."""
     free = shutil.disk_usage(run.space_path).free if free_bytes is None else free_bytes
     need = space_needed(run, parts)
     if need.total <= free:
         return
     raise TargetProblem(
         f"--target {run.space_path}: the run needs {_gb(need.total)} but the target has {_gb(free)} free "
-        f"({_parts_text(run, need)}); {_advice(run, parts, free)}" + _leftovers_text(run)
+        f"({_parts_text(run, need)}); {_advice(run, parts, free, ceilings or {})}" + _leftovers_text(run)
     )
 
 
@@ -128,20 +133,25 @@ def check_ceiling(run: RunSettings, ceilings: dict[str, Ceiling]) -> None:
         raise HostTooSlow(f"drive file {run.thresholds.path}{drives}: {'; '.join(above)}; {REFUSAL_FIX}")
 
 
-def _advice(run: RunSettings, parts: set[str], free: int) -> str:
-    """The change that makes the whole run fit; else, where the sweep's files are what cannot shrink enough,
-    the run without the read sweep."""
-    fix = find_fix(run, parts, free)
+def _advice(run: RunSettings, parts: set[str], free: int, ceilings: dict[str, Ceiling]) -> str:
+    """The change that makes the whole run fit and could qualify here; else, where the sweep's files are what cannot
+    shrink enough, the run without the read sweep."""
+    fix = find_fix(run, parts, free, ceilings)
     if fix is not None:
         return f"use {_flags(fix[0])} (then the run needs {_gb(fix[1].total)})"
     if "sweep" in parts:
         rest, leave_out = parts - {"sweep"}, "use a larger target, or leave out the read sweep with -k 'not read_sweep'"
         if space_needed(run, rest).total <= free:
             return f"{leave_out} (then the run needs {_gb(space_needed(run, rest).total)})"
-        without = find_fix(run, rest, free)
+        without = find_fix(run, rest, free, ceilings)
         if without is not None:
             return f"{leave_out} and use {_flags(without[0])} (then the run needs {_gb(without[1].total)})"
     return "use a larger target"
+
+
+def _above_ceiling(run: RunSettings, ceilings: dict[str, Ceiling]) -> list[str]:
+    """The absolute minimums of `run` this host cannot measure (check_ceiling's lines; none over several nodes)."""
+    return limits_above(run.thresholds.limits, ceilings, run.scale) if run.nodes <= 1 else []
 
 
 def _leftovers_text(run: RunSettings) -> str:
@@ -149,17 +159,21 @@ def _leftovers_text(run: RunSettings) -> str:
     return f"; also, {leftovers}" if leftovers else ""
 
 
-def find_fix(run: RunSettings, parts: set[str], free: int) -> tuple[dict[str, str], SpaceNeed] | None:
+def find_fix(
+    run: RunSettings, parts: set[str], free: int, ceilings: dict[str, Ceiling] | None = None
+) -> tuple[dict[str, str], SpaceNeed] | None:
     """The first change that makes the whole run fit, and what it then needs: fewer checkpoints per pass, else a
-    smaller scale, else smaller sweep files, else both; each checked by resolving the run with it."""
+    smaller scale, else smaller sweep files, else both; each checked by resolving the run with it (which refuses a
+    required steady state it cannot show) and against `ceilings`."""
     options = {name: value for name, value in run.values.items() if run.sources[name] == COMMAND_LINE}
 
     def fitting(change: dict[str, str]) -> SpaceNeed | None:
         try:
-            need = space_needed(resolve_settings(options | change), parts)
+            changed = resolve_settings(options | change)
         except SettingsError:
             return None
-        return need if need.total <= free else None
+        need = space_needed(changed, parts)
+        return need if need.total <= free and not _above_ceiling(changed, ceilings or {}) else None
 
     for change in _changes(run, parts, free, fitting):
         need = fitting(change)
@@ -170,7 +184,7 @@ def find_fix(run: RunSettings, parts: set[str], free: int) -> tuple[dict[str, st
 
 def _changes(run: RunSettings, parts: set[str], free: int, fitting: Callable) -> Iterator[dict[str, str]]:
     """Candidate fixes in the order a user would prefer them."""
-    fewest = min(run.checkpoints_per_pass, max(MIN_STEADY_CHECKPOINTS, run.restore_checkpoints))
+    fewest = min(run.checkpoints_per_pass, max(_steady_checkpoints(run), run.restore_checkpoints))
     fewer = {"checkpoints_per_pass": str(fewest)} if "fill" in parts and fewest < run.checkpoints_per_pass else {}
     if fewer:
         need = space_needed(run, parts)
@@ -181,6 +195,14 @@ def _changes(run: RunSettings, parts: set[str], free: int, fitting: Callable) ->
         file_sizes = list(_smaller_files(run))
         yield from ({**fewer, "sweep_file_bytes": size} for size in file_sizes)
         yield from _smaller_scale(run, {**fewer, "sweep_file_bytes": file_sizes[-1]} if file_sizes else fewer, fitting)
+
+
+def _steady_checkpoints(run: RunSettings) -> int:
+    """The fewest checkpoints per pass that leave the steady-state rule its window: all of it where the drive file
+    requires the steady state, else MIN_STEADY_CHECKPOINTS."""
+    if run.values["require_steady_state"] and run.passes > 1:
+        return math.ceil(STEADY_WINDOW / (run.passes - 1))
+    return MIN_STEADY_CHECKPOINTS
 
 
 def _smaller_scale(run: RunSettings, change: dict[str, str], fitting: Callable) -> Iterator[dict[str, str]]:

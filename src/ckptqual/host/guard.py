@@ -25,7 +25,7 @@ _SYSTEM_DIRS = (  # a target here is refused
 )
 _WRITE_FIX = "give this user write permission on the target"
 _FIXES = {
-    errno.ENOSPC: "no free space or no free inodes? see df -h and df -i",
+    errno.ENOSPC: "its filesystem has no free space or no free inodes (df -h, df -i): free some or use a larger target",
     errno.EDQUOT: "the disk quota is used up; see quota -s",
     errno.EROFS: "the filesystem is read-only; remount it read-write",
     errno.EACCES: _WRITE_FIX,

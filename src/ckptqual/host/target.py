@@ -175,7 +175,26 @@ def _quietly(function: Callable[[Path], Any], path: Path) -> None:
 
 
 def open_target(path: Path | None, keep: bool = False) -> Target:
-    """Checks and locks the target (or makes a temporary one) and creates this run's own directory in it."""
+    """Checks and locks the target (or makes a temporary one) and creates this run's own directory in it. A write the
+    target's filesystem fails (no space, an I/O error) raises a one-line RunError of that fault, everything undone."""
+    try:
+        return _open_target(path, keep)
+    except TargetError as refused:
+        raise _drive_fault(refused) from refused.__cause__
+
+
+def _drive_fault(refused: TargetError) -> Exception:
+    """`refused` as a RunError of the target's fault where the filesystem failed one of setup's writes (ENOSPC,
+    EIO: the drive under test did); any other refusal as it is."""
+    cause = refused.__cause__
+    if not isinstance(cause, OSError) or isinstance(cause, PlantedEntry):
+        return refused
+    fault = fault_of_errno(cause.errno)
+    return refused if fault == "crash" else RunError(str(refused), fault, cause.errno)
+
+
+def _open_target(path: Path | None, keep: bool) -> Target:
+    """open_target's steps, each undone if a later one fails."""
     with ExitStack() as undo:
         created_target = path is None
         if path is None:

@@ -1,10 +1,11 @@
 """Host-bound figures: when a figure measured the host's CPUs rather than the drive, and which verdicts it still gives.
 
 A figure is host-bound when its own threads (the ranks and their helper lanes, the sweep's readers) were runnable but
-waiting for a CPU for more than `MAX_WAIT_SHARE` of the figure's time, in the process that waited most (host.waits,
-from each thread's schedstat). Other processes that keep the CPUs busy while the ranks wait on the drive do not make
-a figure host-bound: a thread blocked on I/O is not waiting for a CPU. Where the threads' waits could not be read,
-the figure falls back on the CPUs this run may use being at least `CPU_SATURATED` busy (/proc/stat, any process).
+waiting for a CPU for more than `MAX_WAIT_SHARE` seconds per second of the figure, their waits added up in the
+process that waited most (host.waits, from each thread's schedstat). Other processes that keep the CPUs busy while
+the ranks wait on the drive do not make a figure host-bound: a thread blocked on I/O is not waiting for a CPU. Where
+the threads' waits could not be read, the figure falls back on the CPUs this run may use being at least
+`CPU_SATURATED` busy (/proc/stat, any process).
 
 A host-bound throughput is a lower bound of the drive's, a host-bound duration an upper bound. It still proves a
 limit it meets in that direction (at least `min` GB/s, at most `max` s): the drive does at least as well. Every other
@@ -26,16 +27,20 @@ from ckptqual.limits.measurements import MEASUREMENTS
 MAX_WAIT_SHARE = 0.25
 CPU_SATURATED = 0.9  # only where the threads' waits could not be read
 
+# How `wait_share` reads everywhere it is printed (results' `waits`, JUnit, summary): seconds waited per second of
+# the figure, the threads of one process added up, so a 16-thread sweep cell can show 4.69 s a second.
+PER_SECOND = "a second in the process that waited most, its threads added up"
+
 
 def waits_text(use: HostUse | None, who: str = "ranks") -> str | None:
-    """The figure's own threads' time in a few words: `threads of ranks waited 0.02 s for a CPU in 1.62 s (at most 1%
-    of a process's time), ran 0.41 s`; None where they were not measured."""
+    """The figure's own threads' time in a few words: `threads of ranks waited 0.02 s for a CPU in 1.62 s (0.01 s
+    a second in the process that waited most, its threads added up), ran 0.41 s`; None where not measured."""
     if use is None or use.wait_share is None:
         return None
     blocked = f", blocked on I/O {use.io_blocked_s:.2f} s" if use.io_blocked_s is not None else ""
     return (
-        f"threads of {who} waited {use.threads_wait_s:.2f} s for a CPU in {use.wall_s:.2f} s (at most "
-        f"{use.wait_share:.0%} of a process's time), ran {use.threads_run_s:.2f} s{blocked}"
+        f"threads of {who} waited {use.threads_wait_s:.2f} s for a CPU in {use.wall_s:.2f} s "
+        f"({use.wait_share:.2f} s {PER_SECOND}), ran {use.threads_run_s:.2f} s{blocked}"
     )
 
 
@@ -46,7 +51,7 @@ def host_bound_reason(use: HostUse | None, who: str = "ranks") -> str | None:
     if use.wait_share is not None:
         if use.wait_share <= MAX_WAIT_SHARE:
             return None
-        return f"host-bound: {waits_text(use, who)}, more than {MAX_WAIT_SHARE:.0%} of the figure waiting for a CPU"
+        return f"host-bound: {waits_text(use, who)}, more than {MAX_WAIT_SHARE:.2f} s a second waiting for a CPU"
     if use.cpu_busy < CPU_SATURATED:
         return None
     drive = f", the drive ({use.device}) busy {use.device_busy:.0%} of the time" if use.device_busy is not None else ""

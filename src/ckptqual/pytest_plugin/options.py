@@ -19,6 +19,7 @@ from ckptqual.pytest_plugin.junit import junit_path
 
 if TYPE_CHECKING:  # the run's own modules load when a drive is qualified, not with the plugin
     from ckptqual.config.run_settings import RunSettings
+    from ckptqual.limits.ceiling import Ceiling
     from ckptqual.limits.verdict import RunVerdict
     from ckptqual.report.record import RunRecord
     from ckptqual.runs.qualification import Qualification
@@ -55,9 +56,9 @@ class DriveRun:
             raise RuntimeError(f"the record of drive {self.label or self.settings.target} was read before it began")
         return self.record
 
-    def check_ceiling(self) -> None:
+    def check_ceiling(self) -> dict[str, Ceiling]:
         """Measures the suite's own speed on memory, records the ceiling it gives this drive and refuses (SettingsError)
-        an absolute minimum above it; before any I/O on the target."""
+        an absolute minimum above it; before any I/O on the target. Returns each phase's ceiling."""
         from ckptqual.config.space import check_ceiling
         from ckptqual.runs.calibration import measure_ceiling  # loads the engines (torch among them)
 
@@ -65,6 +66,7 @@ class DriveRun:
         if self.record is not None:
             self.record.ceiling(self.ceiling)
         check_ceiling(self.settings, ceilings)
+        return ceilings
 
 
 DRIVE = pytest.StashKey[DriveRun]()  # the drive a qualification test qualifies
@@ -211,10 +213,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         try:
             check_runnable(run.settings, running)
             parts = selected_parts(running)
-            check_space(run.settings, parts)
+            # first: a fix for too little space must be a run this host can qualify; --collect-only calibrates nothing
+            ceilings = None if config.option.collectonly else run.check_ceiling()
+            check_space(run.settings, parts, ceilings=ceilings)
             check_inodes(run.settings, parts)
-            if not config.option.collectonly:  # --collect-only runs nothing: no calibration
-                run.check_ceiling()
         except SettingsError as error:
             if len(runs) == 1:
                 session_of(config).refused = str(error)

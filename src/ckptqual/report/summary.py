@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ckptqual.limits.ceiling import Ceiling
-from ckptqual.limits.host_bound import MAX_WAIT_SHARE
+from ckptqual.limits.host_bound import MAX_WAIT_SHARE, PER_SECOND
 from ckptqual.limits.measurements import Measurement, Taken, field, taken_at
 from ckptqual.report.mlperf import mlperf_lines, mlperf_metrics
 from ckptqual.report.verdict import recorded_verdict
@@ -131,13 +131,13 @@ def _cpu_lines(data: dict[str, Any]) -> list[str]:
 
 
 def _wait_lines(phases: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """How long each figure's own threads waited for a CPU, as the share of its time that judges it host-bound."""
+    """How long each figure's own threads waited for a CPU per second of the figure, as judged for host-bound."""
     waits = [(name, (entry.get("host") or {}).get("wait_share")) for name, entry in phases]
-    shown = [f"{name} {share:.0%}" for name, share in waits if share is not None]
+    shown = [f"{name} {share:.2f} s" for name, share in waits if share is not None]
     if not shown:
         return []
-    rule = f"host-bound above {MAX_WAIT_SHARE:.0%}"
-    return [f"CPU waits (the figures' own threads waiting for a CPU, share of their time; {rule}): {', '.join(shown)}"]
+    rule = f"host-bound above {MAX_WAIT_SHARE:.2f} s"
+    return [f"CPU waits (seconds the figures' own threads waited for a CPU, {PER_SECOND}; {rule}): {', '.join(shown)}"]
 
 
 def _device_lines(data: dict[str, Any]) -> list[str]:
