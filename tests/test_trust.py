@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from ckptqual.host import gpu
-from expected_basis import RELATIVE, STEADY, line, qualified
+from expected_basis import RELATIVE, STEADY, line, qualified, uncounted
 from suite_runs import (
+    BOTH,
     REPO,
     SMALL,
     LiveSuite,
@@ -21,12 +22,9 @@ from suite_runs import (
     missed_limit,
     results,
     run_suite,
-    skip_if_host_limited,
     suite_properties,
     user_environment,
 )
-
-BOTH = ("test_fill.py", "test_restore.py")
 
 
 def reports(tmp_path: Path) -> list[str]:
@@ -39,21 +37,18 @@ def summary_again(results_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=60)
 
 
-def test_a_qualified_run_says_so_in_every_report(tmp_path):
-    target = tmp_path / "target"
-    target.mkdir()
-    drive = lenient_drive(tmp_path / "lenient.toml", "lenient")
-    done = run_suite(*SMALL, "--drive", str(drive), "--target", str(target), *reports(tmp_path), tests=BOTH)
-    skip_if_host_limited(done.stdout)
+def test_a_qualified_run_says_so_in_every_report(qualified_run):
+    """On the slow stand-in drive, so that a busy host cannot make its figures INVALID."""
+    done, out = qualified_run, qualified_run.out
     assert done.returncode == 0, done.stdout[-3000:]
-    data = results(tmp_path / "r.json")
-    expected = qualified(data, RELATIVE, STEADY)  # local.toml's limits, and 2 passes of 2 checkpoints
+    data = results(out / "results.json")
+    expected = qualified(data, RELATIVE, STEADY, last=uncounted(data))  # local.toml's limits, 2 passes of 2 checkpoints
     assert data["verdict"] == expected
     assert done.stdout.rstrip().splitlines()[-1] == line(expected)
-    cases = junit_cases(tmp_path / "q.xml")
+    cases = junit_cases(out / "qual.xml")
     assert cases["verdict"]["outcome"] == "passed"
-    assert suite_properties(tmp_path / "q.xml")["ckptqual.limits.verdict"] == "QUALIFIED"
-    assert suite_properties(tmp_path / "q.xml")["ckptqual.limits.verdict.basis"] == "; ".join(expected["basis"])
+    assert suite_properties(out / "qual.xml")["ckptqual.limits.verdict"] == "QUALIFIED"
+    assert suite_properties(out / "qual.xml")["ckptqual.limits.verdict.basis"] == "; ".join(expected["basis"])
     assert {test["subject"]: test["outcome"] for test in data["tests"].values()} == {
         "pass 1": "PASS",
         "pass 2": "PASS",
@@ -61,7 +56,7 @@ def test_a_qualified_run_says_so_in_every_report(tmp_path):
     }
     summary = done.stdout[done.stdout.index("ckptqual summary") :]
     assert "every byte verified" in summary and summary.split("every byte verified")[1].split("\n")[0].endswith("PASS")
-    again = summary_again(tmp_path / "r.json")
+    again = summary_again(out / "results.json")
     assert again.returncode == 0 and again.stdout.splitlines()[-1] == line(expected)
     drawn = again.stdout.splitlines()[1:-1]  # the record's summary, as the run printed it
     assert len(drawn) > 5 and all(line in done.stdout.splitlines() for line in drawn)
