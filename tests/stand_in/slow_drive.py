@@ -38,21 +38,24 @@ def _throttle(device: str, write_bps: int, read_bps: int) -> None:
 
 
 @contextmanager
-def slow_drive(where: Path, write_bps: int = WRITE_BPS, read_bps: int = READ_BPS) -> Iterator[Path]:
-    """Mounts the stand-in drive under the new directory `where` and yields its mount point; unthrottles and
-    unmounts everything at the end. Raises SlowDriveUnavailable, naming what is missing, where it cannot."""
+def slow_drive(
+    where: Path, write_bps: int = WRITE_BPS, read_bps: int = READ_BPS, size_mb: int = SIZE_MB
+) -> Iterator[Path]:
+    """Mounts the stand-in drive of `size_mb` (in as much memory) under the new directory `where` and yields its
+    mount point; unthrottles and unmounts everything at the end. Raises SlowDriveUnavailable, naming what is
+    missing, where it cannot."""
     if not (BLKIO / "blkio.throttle.write_bps_device").exists():
         raise SlowDriveUnavailable(f"cgroup v1 blkio is missing here ({BLKIO}): a drive cannot be throttled")
     memory, point = where / "memory", where / "drive"
     memory.mkdir(parents=True)
     point.mkdir()
     with ExitStack() as undo:
-        mounted = _run("mount", "-t", "tmpfs", "-o", f"size={SIZE_MB + 8}m", "tmpfs", str(memory))
+        mounted = _run("mount", "-t", "tmpfs", "-o", f"size={size_mb + 8}m", "tmpfs", str(memory))
         if mounted.returncode:
             raise SlowDriveUnavailable(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
         undo.callback(_run, "umount", "-l", str(memory))
         image = memory / "ext4.img"
-        _run("truncate", "-s", f"{SIZE_MB}M", str(image))
+        _run("truncate", "-s", f"{size_mb}M", str(image))
         made = _run("mkfs.ext4", "-q", "-F", str(image))
         if made.returncode:
             raise SlowDriveUnavailable(f"mkfs.ext4 failed here: {made.stderr.strip()}")
