@@ -42,7 +42,8 @@ def uncounted(data: dict[str, Any]) -> str:
     regions += [[c["device"] for c in data["checkpoints"]], [r["device"] for r in data["restore"]]]
     (reason,) = {device["not_countable"] for region in regions for device in region}
     assert NO_BLOCK_DEVICE in reason, reason
-    return f"device bytes not counted ({SLOW_DRIVE_REGIONS}): {reason}, so those figures rest on the page-cache checks alone"
+    rest = "so those figures rest on the page-cache checks alone"
+    return f"device bytes not counted ({SLOW_DRIVE_REGIONS}): {reason}, {rest}"
 
 
 def qualified(data: dict[str, Any], *phrases: str, last: str | None = None) -> dict[str, Any]:

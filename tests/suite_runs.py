@@ -24,6 +24,7 @@ SMALL = ["--workload", "llama3-8b", "--scale", "0.0003", "--checkpoints-per-pass
 # The same model on two ranks (2 rank processes to start instead of 8), 11 MB a checkpoint: for runs whose point is
 # not the eight ranks' layout.
 PAIR = ["--workload", "llama3-8b-dp2", "--scale", "0.0001", "--checkpoints-per-pass", "2", "--passes", "2"]
+SMALL_PAIR = ["--workload", "llama3-8b-dp2", *SMALL[2:]]  # SMALL's bytes and checkpoints, on two ranks
 BOTH = ("test_fill.py", "test_restore.py")
 
 

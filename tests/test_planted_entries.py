@@ -24,8 +24,8 @@ from suite_runs import REPO, LiveSuite, junit_cases, results
 
 SPEC = FilePlan("model_states.pt", (TensorSpec("w", 70_000, "bfloat16"), TensorSpec("b", 300, "float32")))
 VICTIM_TEXT = b"someone else's data\n"
-# One short pass and a restore; few, larger files (tests/suite_runs.SMALL, one pass).
-ONE_PASS = ["--workload", "llama3-8b", "--scale", "0.0003", "--checkpoints-per-pass", "2", "--passes", "1"]
+# One short pass and a restore; few, larger files (tests/suite_runs.SMALL_PAIR, one pass).
+ONE_PASS = ["--workload", "llama3-8b-dp2", "--scale", "0.0003", "--checkpoints-per-pass", "2", "--passes", "1"]
 
 
 @pytest.fixture
