@@ -71,7 +71,7 @@ def checkpoint_space(tmp_path) -> Iterator[Callable[..., tuple]]:
     from ckptqual.host.space import RunSpace
     from ckptqual.host.target import open_target
 
-    spaces = []
+    spaces: list[RunSpace] = []
 
     def make(plan, where: Path | None = None) -> tuple:
         target = where if where is not None else tmp_path / f"target-{len(spaces)}"

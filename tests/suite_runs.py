@@ -127,23 +127,24 @@ source = "test: a thousandth of the raw write"
 
 def junit_cases(path: Path) -> dict[str, dict[str, Any]]:
     """Each test case of a JUnit XML by name: its outcome (passed, failure, error, skipped), message, properties."""
-    cases = {}
+    cases: dict[str, dict[str, Any]] = {}
     for case in ElementTree.parse(path).iter("testcase"):
         outcome, message = "passed", ""
         for kind in ("failure", "error", "skipped"):
             element = case.find(kind)
             if element is not None:
                 outcome, message = kind, element.get("message", "")
-        properties = {p.get("name"): p.get("value") for p in case.iter("property")}
-        cases[case.get("name")] = {"outcome": outcome, "message": message, "properties": properties}
+        properties = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+        cases[case.get("name", "")] = {"outcome": outcome, "message": message, "properties": properties}
     return cases
 
 
 def suite_properties(path: Path) -> dict[str, str]:
     """The JUnit XML's suite-level properties."""
-    suite = ElementTree.parse(path).find("testsuite")
-    properties = suite.find("properties")
-    return {p.get("name"): p.get("value") for p in properties.iter("property")} if properties is not None else {}
+    properties = ElementTree.parse(path).find("testsuite/properties")
+    if properties is None:
+        return {}
+    return {p.get("name", ""): p.get("value", "") for p in properties.iter("property")}
 
 
 def results(path: Path) -> dict[str, Any]:

@@ -195,7 +195,7 @@ def test_a_run_that_does_not_fit_is_refused_once_with_a_fix_for_the_whole_run(tm
     assert result.returncode == 4
     errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
     assert len(errors) == 1, result.stderr
-    assert "fill 0.194 GB: 3 checkpoints of 0.065 GB; odd layouts 0.134 GB" in errors[0]
+    assert "fill 0.175 GB: 3 checkpoints of 0.058 GB; odd layouts 0.134 GB" in errors[0]
     assert "read sweep" not in errors[0]  # not selected, not counted
     fix = errors[0].split("; use ")[1].split(" (then")[0].split()
     assert fix[0] == "--scale" and list(target.iterdir()) == []
