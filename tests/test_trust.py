@@ -14,8 +14,9 @@ from ckptqual.host import gpu
 from expected_basis import RELATIVE, STEADY, line, qualified, uncounted
 from suite_runs import (
     BOTH,
+    PAIR,
     REPO,
-    SMALL,
+    SMALL_PAIR,
     LiveSuite,
     junit_cases,
     lenient_drive,
@@ -62,11 +63,10 @@ def test_a_qualified_run_says_so_in_every_report(qualified_run):
     assert len(drawn) > 5 and all(line in done.stdout.splitlines() for line in drawn)
 
 
-def test_a_pass_that_fails_its_limit_shows_it_and_is_not_qualified(tmp_path):
-    """(A drive file that requires the steady state of more rounds than the run writes is refused before any I/O:
-    tests/test_refusals.py.)"""
-    target = tmp_path / "target"
-    target.mkdir()
+def test_a_pass_that_fails_its_limit_shows_it_and_is_not_qualified(tmp_path, slow_target):
+    """On the slow stand-in drive, where pass 1 meets its limit however busy the host. (A drive file that requires
+    the steady state of more rounds than the run writes is refused before any I/O: tests/test_refusals.py.)"""
+    target = slow_target
     impossible = """
 [[limit]]
 name = "fill_throughput"
@@ -77,7 +77,7 @@ where = { state = "steady" }
 source = "test: no drive writes a thousand times its own raw rate"
 """
     drive = lenient_drive(tmp_path / "d.toml", "strict", impossible)
-    done = run_suite(*SMALL, "--drive", str(drive), "--target", str(target), *reports(tmp_path), tests=BOTH)
+    done = run_suite(*PAIR, "--drive", str(drive), "--target", str(target), *reports(tmp_path), tests=BOTH)
     assert done.returncode == 1, done.stdout[-3000:]
     message = junit_cases(tmp_path / "q.xml")["test_fill_pass[2]"]["message"]
     outcome = message.split(":")[0].removeprefix("pass 2 ")
@@ -96,10 +96,10 @@ source = "test: no drive writes a thousand times its own raw rate"
 
 
 @pytest.mark.skipif(gpu.probe().problem("gpu-direct") is None, reason="this host can run gpu-direct cells")
-def test_a_limit_that_no_test_could_judge_leaves_the_run_incomplete(tmp_path):
-    """The D5-P5336 case: its only read limit selects gpu-direct cells, all skipped on a host without a GPU."""
-    target = tmp_path / "target"
-    target.mkdir()
+def test_a_limit_that_no_test_could_judge_leaves_the_run_incomplete(tmp_path, slow_target):
+    """The D5-P5336 case: its only read limit selects gpu-direct cells, all skipped on a host without a GPU. On the
+    slow stand-in drive, where no figure is INVALID however busy the host."""
+    target = slow_target
     gpu_limit = """
 [[limit]]
 name = "sweep_read_bandwidth"
@@ -111,7 +111,7 @@ source = "test: the review's GPU Direct figure"
     drive = lenient_drive(tmp_path / "d.toml", "gpu drive", gpu_limit)
     sweep = ["--sweep-block-sizes", "1M", "--sweep-threads", "1", "--sweep-file-bytes", "4M"]
     done = run_suite(
-        *SMALL,
+        *PAIR,
         "--passes",
         "1",
         *sweep,
@@ -206,7 +206,7 @@ def fsynced_directories(trace: str) -> set[str]:
 def test_xdist_workers_on_the_qualification_are_refused_before_anything_starts(tmp_path):
     target = tmp_path / "target"
     target.mkdir()
-    done = run_suite("-n", "2", "--target", str(target), *SMALL)
+    done = run_suite("-n", "2", "--target", str(target), *SMALL_PAIR)
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
     assert "run tests_qual without -n" in done.stderr
     assert list(target.iterdir()) == []
@@ -216,10 +216,10 @@ def test_a_second_run_on_the_same_target_is_refused_naming_the_first(tmp_path):
     target = tmp_path / "target"
     target.mkdir()
     long_run = ("--checkpoints-per-pass", "10", "--passes", "50")  # still writing while the second one starts
-    first = LiveSuite(tmp_path / "first.log", *SMALL, *long_run, "--target", str(target), tests=BOTH)
+    first = LiveSuite(tmp_path / "first.log", *SMALL_PAIR, *long_run, "--target", str(target), tests=BOTH)
     try:
         first.wait_for("ckptqual: pass 1 checkpoint 1/")
-        second = run_suite(*SMALL, "--target", str(target))
+        second = run_suite(*SMALL_PAIR, "--target", str(target))
         assert first.process.poll() is None, "the first run ended too soon to test"
         assert second.returncode == 4, second.stdout[-2000:]
         assert f"is in use by another ckptqual run (PID {first.process.pid} on host" in second.stderr
@@ -237,7 +237,7 @@ def test_a_frozen_drive_fails_the_checkpoint_on_time_and_cannot_hold_the_run(loo
     target.mkdir()
     live = LiveSuite(
         tmp_path / "run.log",
-        *SMALL,
+        *SMALL_PAIR,
         "--scale",
         "0.003",
         "--rank-timeout",
@@ -282,7 +282,7 @@ def test_a_filesystem_that_turns_read_only_mid_run_fails_the_pass_in_one_line(lo
         pytest.skip(f"this kernel has no {trigger}")
     target = point / "target"
     target.mkdir()
-    live = LiveSuite(tmp_path / "run.log", *SMALL, "--scale", "0.003", "--target", str(target), *reports(tmp_path))
+    live = LiveSuite(tmp_path / "run.log", *SMALL_PAIR, "--scale", "0.003", "--target", str(target), *reports(tmp_path))
     live.wait_for("ckptqual: pass 1 checkpoint 1/2")
     trigger.write_text("ckptqual test\n")
     assert live.finish() == 1, live.output()[-3000:]
@@ -314,7 +314,7 @@ def test_a_checkpoint_file_lost_before_the_restore_fails_it_naming_the_file(tmp_
         )
     )
     command = [sys.executable, "-m", "pytest", *(str(REPO / "tests_qual" / name) for name in BOTH)]
-    command += ["-p", "no:cacheprovider", "-p", "lose_a_file", *SMALL, "--target", str(target), *reports(tmp_path)]
+    command += ["-p", "no:cacheprovider", "-p", "lose_a_file", *SMALL_PAIR, "--target", str(target), *reports(tmp_path)]
     env = user_environment({"PYTHONPATH": str(tmp_path), "TARGET": str(target)})
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout[-3000:]
