@@ -328,7 +328,7 @@ def test_a_checkpoint_file_lost_before_the_restore_fails_it_naming_the_file(tmp_
 def test_what_a_killed_run_left_is_named_in_the_space_refusal_and_clean_removes_it(tmpfs, tmp_path):
     target = tmpfs("size=400m") / "target"
     target.mkdir()
-    big = ("--workload", "llama3-8b", "--scale", "0.001", "--checkpoints-per-pass", "3", "--passes", "1")  # ~105 MB
+    big = ("--workload", "llama3-8b-dp2", "--scale", "0.001", "--checkpoints-per-pass", "3", "--passes", "1")  # ~105 MB
     killed = LiveSuite(tmp_path / "killed.log", *big, "--target", str(target))
     killed.wait_for("ckptqual: pass 1 checkpoint 2/3")
     killed.process.kill()
