@@ -34,6 +34,12 @@ def user_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**env, **(extra or {})}
 
 
+def plugin_path(*folders: Path) -> str:
+    """A PYTHONPATH that finds plugins in `folders`, then what this one finds (the code under test, where it is given
+    on PYTHONPATH)."""
+    return os.pathsep.join(filter(None, [*map(str, folders), os.environ.get("PYTHONPATH")]))
+
+
 def suite_command(*args: str, tests: tuple[str, ...] = ("test_fill.py",)) -> list[str]:
     paths = [str(REPO / "tests_qual" / name) for name in tests]
     return [sys.executable, "-m", "pytest", *paths, "-p", "no:cacheprovider", *args]

@@ -99,7 +99,7 @@ def test_a_layout_plan_replays_in_the_suite(tmp_path):
         "-p",
         "no:cacheprovider",
         "--workload",
-        "llama3-8b-dp2",
+        "llama3-8b",
         "--scale",
         "0.0001",
         "--layout-plan",

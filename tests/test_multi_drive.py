@@ -31,6 +31,7 @@ from suite_runs import (
     children_of,
     junit_cases,
     lenient_drive,
+    plugin_path,
     results,
     run_suite,
 )
@@ -240,7 +241,7 @@ def test_a_worker_killed_in_teardown_leaves_its_measurements_in_the_drives_resul
     """The replacement worker does not qualify the drive again (that would overwrite the dead worker's results
     file): the file keeps every checkpoint the dead worker recorded, and its row, the index and the JUnit agree."""
     (tmp_path / "die_in_teardown.py").write_text(DIE_IN_TEARDOWN)
-    env = {"PYTHONPATH": str(tmp_path), "DIED": str(tmp_path / "died")}
+    env = {"PYTHONPATH": plugin_path(tmp_path), "DIED": str(tmp_path / "died")}
     suite, out, _ = two_drives_live(tmp_path, env=env, plugins=("-p", "die_in_teardown"))
     assert suite.finish() == 1, suite.output()[-4000:]
     assert "replacing crashed worker" in suite.output()

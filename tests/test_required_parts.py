@@ -13,6 +13,7 @@ from suite_runs import (
     REPO,
     junit_cases,
     lenient_drive,
+    plugin_path,
     results,
     run_suite,
     suite_command,
@@ -81,7 +82,7 @@ def test_a_run_not_given_the_restores_file_is_not_qualified(tmp_path):
 
 def test_a_run_whose_required_restore_was_skipped_is_not_qualified(tmp_path):
     command = suite_command(*TINY, "--drive", MLPERF, *reports(tmp_path), "-p", "skip_test", tests=BOTH)
-    env = user_environment({"PYTHONPATH": str(REPO / "tests" / "fault_plugins"), "CKPTQUAL_SKIP_TEST": "test_restore"})
+    env = user_environment({"PYTHONPATH": plugin_path(REPO / "tests" / "fault_plugins"), "CKPTQUAL_SKIP_TEST": "test_restore"})
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert_held_back(done, tmp_path, "did not run: restore SKIPPED: skipped by the skip_test plugin")
 
@@ -119,7 +120,7 @@ def test_what_dropped_a_required_part_is_named_before_anything_runs(tests, args,
     target = tmp_path / "target"
     target.mkdir()
     command = suite_command("--drive", MLPERF, "--passes", "3", "--target", str(target), "--co", *args, tests=tests)
-    env = user_environment({"PYTHONPATH": str(REPO / "tests" / "fault_plugins"), "CKPTQUAL_MARK_TEST": "test_restore"})
+    env = user_environment({"PYTHONPATH": plugin_path(REPO / "tests" / "fault_plugins"), "CKPTQUAL_MARK_TEST": "test_restore"})
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     last = done.stdout.rstrip().splitlines()[-1]
     assert last.startswith("ckptqual verdict: INCOMPLETE: ") and reason in last, done.stdout[-3000:]

@@ -21,6 +21,7 @@ from suite_runs import (
     junit_cases,
     lenient_drive,
     missed_limit,
+    plugin_path,
     results,
     run_suite,
     suite_properties,
@@ -315,7 +316,7 @@ def test_a_checkpoint_file_lost_before_the_restore_fails_it_naming_the_file(tmp_
     )
     command = [sys.executable, "-m", "pytest", *(str(REPO / "tests_qual" / name) for name in BOTH)]
     command += ["-p", "no:cacheprovider", "-p", "lose_a_file", *SMALL_PAIR, "--target", str(target), *reports(tmp_path)]
-    env = user_environment({"PYTHONPATH": str(tmp_path), "TARGET": str(target)})
+    env = user_environment({"PYTHONPATH": plugin_path(tmp_path), "TARGET": str(target)})
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout[-3000:]
     message = junit_cases(tmp_path / "q.xml")["test_restore"]["message"]
