@@ -25,6 +25,7 @@ TINY = ["--workload", "llama3-8b-dp2", "--scale", "0.0001", "--checkpoints-per-p
 TINY += ["--restore-checkpoints", "1"]
 BOTH = ("test_fill.py", "test_restore.py")
 MLPERF = "mlperf-checkpointing"
+FAULT_PLUGINS = REPO / "tests" / "fault_plugins"
 
 
 def reports(tmp_path: Path, target: Path | None = None) -> list[str]:
@@ -82,7 +83,7 @@ def test_a_run_not_given_the_restores_file_is_not_qualified(tmp_path):
 
 def test_a_run_whose_required_restore_was_skipped_is_not_qualified(tmp_path):
     command = suite_command(*TINY, "--drive", MLPERF, *reports(tmp_path), "-p", "skip_test", tests=BOTH)
-    env = user_environment({"PYTHONPATH": plugin_path(REPO / "tests" / "fault_plugins"), "CKPTQUAL_SKIP_TEST": "test_restore"})
+    env = user_environment({"PYTHONPATH": plugin_path(FAULT_PLUGINS), "CKPTQUAL_SKIP_TEST": "test_restore"})
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert_held_back(done, tmp_path, "did not run: restore SKIPPED: skipped by the skip_test plugin")
 
@@ -120,7 +121,7 @@ def test_what_dropped_a_required_part_is_named_before_anything_runs(tests, args,
     target = tmp_path / "target"
     target.mkdir()
     command = suite_command("--drive", MLPERF, "--passes", "3", "--target", str(target), "--co", *args, tests=tests)
-    env = user_environment({"PYTHONPATH": plugin_path(REPO / "tests" / "fault_plugins"), "CKPTQUAL_MARK_TEST": "test_restore"})
+    env = user_environment({"PYTHONPATH": plugin_path(FAULT_PLUGINS), "CKPTQUAL_MARK_TEST": "test_restore"})
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     last = done.stdout.rstrip().splitlines()[-1]
     assert last.startswith("ckptqual verdict: INCOMPLETE: ") and reason in last, done.stdout[-3000:]
