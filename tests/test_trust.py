@@ -16,6 +16,7 @@ from suite_runs import (
     BOTH,
     PAIR,
     REPO,
+    SMALL,
     SMALL_PAIR,
     LiveSuite,
     junit_cases,
@@ -238,7 +239,7 @@ def test_a_frozen_drive_fails_the_checkpoint_on_time_and_cannot_hold_the_run(loo
     target.mkdir()
     live = LiveSuite(
         tmp_path / "run.log",
-        *SMALL_PAIR,
+        *SMALL,  # eight ranks: each writes an eighth, well within the rank timeout until the drive freezes
         "--scale",
         "0.003",
         "--rank-timeout",
@@ -283,7 +284,7 @@ def test_a_filesystem_that_turns_read_only_mid_run_fails_the_pass_in_one_line(lo
         pytest.skip(f"this kernel has no {trigger}")
     target = point / "target"
     target.mkdir()
-    live = LiveSuite(tmp_path / "run.log", *SMALL_PAIR, "--scale", "0.003", "--target", str(target), *reports(tmp_path))
+    live = LiveSuite(tmp_path / "run.log", *SMALL, "--scale", "0.003", "--target", str(target), *reports(tmp_path))
     live.wait_for("ckptqual: pass 1 checkpoint 1/2")
     trigger.write_text("ckptqual test\n")
     assert live.finish() == 1, live.output()[-3000:]
