@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from stand_in.slow_drive import SlowDriveUnavailable, slow_drive
+from suite_runs import BOTH, PAIR, SharedRun, lenient_drive, run_suite, shared_run
+
 
 @pytest.fixture
 def tmpfs(tmp_path) -> Iterator[Callable[[str], Path]]:
@@ -68,7 +71,7 @@ def checkpoint_space(tmp_path) -> Iterator[Callable[..., tuple]]:
     from ckptqual.host.space import RunSpace
     from ckptqual.host.target import open_target
 
-    spaces = []
+    spaces: list[RunSpace] = []
 
     def make(plan, where: Path | None = None) -> tuple:
         target = where if where is not None else tmp_path / f"target-{len(spaces)}"
@@ -81,3 +84,42 @@ def checkpoint_space(tmp_path) -> Iterator[Callable[..., tuple]]:
     yield make
     for space in spaces:
         space.close()
+
+
+@pytest.fixture
+def slow_target(tmp_path) -> Iterator[Path]:
+    """An empty target on the slow stand-in drive (stand_in/slow_drive.py), where the host is never the limit of a
+    small run; skips, naming what is missing, where this machine cannot make the drive."""
+    try:
+        with slow_drive(tmp_path / "slow") as point:
+            (point / "target").mkdir()
+            yield point / "target"
+    except SlowDriveUnavailable as error:
+        pytest.skip(str(error))
+
+
+def run_qualified(out: Path) -> SharedRun:
+    """A small run of the fill and the restore (PAIR) under a lenient drive file, on the slow stand-in drive, with
+    every report a user can ask for: the JUnit XML, the results JSON and pytest-benchmark's saved run."""
+    drive = lenient_drive(out / "lenient.toml", "lenient drive")
+    try:
+        with slow_drive(out / "slow") as point:
+            target = point / "target"
+            target.mkdir()
+            reports = ["--junitxml", str(out / "qual.xml"), "--results", str(out / "results.json")]
+            benchmarks = ["--benchmark-autosave", "--benchmark-storage", str(out / "benchmarks")]
+            done = run_suite(
+                *PAIR, "--drive", str(drive), "--target", str(target), *reports, *benchmarks, "--restore-checkpoints",
+                "2", tests=BOTH,
+            )  # fmt: skip
+            left = tuple(sorted(entry.name for entry in target.iterdir()))
+    except SlowDriveUnavailable as error:
+        pytest.skip(str(error))
+    return SharedRun(done.returncode, done.stdout, done.stderr, out, left)
+
+
+@pytest.fixture(scope="session")
+def qualified_run(tmp_path_factory) -> SharedRun:
+    """One qualified small run (`run_qualified`), run once in a test session and read by every test that only reads
+    what it left."""
+    return shared_run(tmp_path_factory, "qualified", run_qualified)

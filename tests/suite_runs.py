@@ -3,12 +3,16 @@ as a CI gate reads it: the exit code, the JUnit XML and the results JSON."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +21,23 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # Few, larger files: at tiny scales the review layout's 536 files make per-file overhead dominate.
 SMALL = ["--workload", "llama3-8b", "--scale", "0.0003", "--checkpoints-per-pass", "2", "--passes", "2"]
+# The same model on two ranks (2 rank processes to start instead of 8), 11 MB a checkpoint: for runs whose point is
+# not the eight ranks' layout.
+PAIR = ["--workload", "llama3-8b-dp2", "--scale", "0.0001", "--checkpoints-per-pass", "2", "--passes", "2"]
+SMALL_PAIR = ["--workload", "llama3-8b-dp2", *SMALL[2:]]  # SMALL's bytes and checkpoints, on two ranks
+BOTH = ("test_fill.py", "test_restore.py")
 
 
 def user_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment without pytest-xdist's worker variables (pytest-benchmark turns itself off under them)."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_XDIST")}
     return {**env, **(extra or {})}
+
+
+def plugin_path(*folders: Path) -> str:
+    """A PYTHONPATH that finds plugins in `folders`, then what this one finds (the code under test, where it is given
+    on PYTHONPATH)."""
+    return os.pathsep.join(filter(None, [*map(str, folders), os.environ.get("PYTHONPATH")]))
 
 
 def suite_command(*args: str, tests: tuple[str, ...] = ("test_fill.py",)) -> list[str]:
@@ -118,23 +133,24 @@ source = "test: a thousandth of the raw write"
 
 def junit_cases(path: Path) -> dict[str, dict[str, Any]]:
     """Each test case of a JUnit XML by name: its outcome (passed, failure, error, skipped), message, properties."""
-    cases = {}
+    cases: dict[str, dict[str, Any]] = {}
     for case in ElementTree.parse(path).iter("testcase"):
         outcome, message = "passed", ""
         for kind in ("failure", "error", "skipped"):
             element = case.find(kind)
             if element is not None:
                 outcome, message = kind, element.get("message", "")
-        properties = {p.get("name"): p.get("value") for p in case.iter("property")}
-        cases[case.get("name")] = {"outcome": outcome, "message": message, "properties": properties}
+        properties = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+        cases[case.get("name", "")] = {"outcome": outcome, "message": message, "properties": properties}
     return cases
 
 
 def suite_properties(path: Path) -> dict[str, str]:
     """The JUnit XML's suite-level properties."""
-    suite = ElementTree.parse(path).find("testsuite")
-    properties = suite.find("properties")
-    return {p.get("name"): p.get("value") for p in properties.iter("property")} if properties is not None else {}
+    properties = ElementTree.parse(path).find("testsuite/properties")
+    if properties is None:
+        return {}
+    return {p.get("name", ""): p.get("value", "") for p in properties.iter("property")}
 
 
 def results(path: Path) -> dict[str, Any]:
@@ -143,8 +159,8 @@ def results(path: Path) -> dict[str, Any]:
 
 # Outcomes that say this host, not the target, could not keep up (limits/host_bound.py, the payload rule), or that
 # other work used the disk under the tests' targets meanwhile (limits/cache_served.py): such a figure is INVALID,
-# never PASS or FAIL. Tests whose point is elsewhere accept it where a limit is missed, and skip, naming the reason,
-# where they need a valid run.
+# never PASS or FAIL. Tests whose point is elsewhere accept it where a limit is missed; tests that need a valid run
+# run on the slow stand-in drive (stand_in/slow_drive.py), where neither can happen.
 HOST_LIMITED = ("host-bound", "payload generation was the bottleneck", "the drive served other I/O")
 
 
@@ -153,8 +169,32 @@ def missed_limit(outcome: str, message: str = "") -> bool:
     return outcome == "FAIL" or (outcome == "INVALID" and any(reason in message for reason in HOST_LIMITED))
 
 
-def skip_if_host_limited(stdout: str) -> None:
-    """Skips the calling test when the suite's verdict (its last line) is INVALID only because the host was short."""
-    last = stdout.rstrip().splitlines()[-1] if stdout.strip() else ""
-    if last.startswith("ckptqual verdict: INVALID") and any(reason in last for reason in HOST_LIMITED):
-        pytest.skip(f"this host could not keep up with the run, so it came out INVALID: {last[:300]}")
+@dataclass(frozen=True)
+class SharedRun:
+    """What one finished run left, for the tests that only read it: its exit code and output, the folder of its
+    reports, and the entries left on its target when it ended."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    out: Path
+    left_on_target: tuple[str, ...]
+
+
+def shared_run(tmp_path_factory: pytest.TempPathFactory, name: str, run: Callable[[Path], SharedRun]) -> SharedRun:
+    """`run(folder)` once for the whole test session, also across pytest-xdist's workers: the first to ask runs it
+    under a file lock in the session's temporary directory, the others read what it recorded."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the controller's: one per session, shared by its workers
+    shared = base / "shared-runs"
+    shared.mkdir(exist_ok=True)
+    recorded = shared / f"{name}.json"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not recorded.exists():  # a run that failed or skipped left none: the next test to ask tries again
+            done = run(Path(tempfile.mkdtemp(prefix=f"{name}-", dir=shared)))
+            fields = {**done.__dict__, "out": str(done.out), "left_on_target": list(done.left_on_target)}
+            recorded.write_text(json.dumps(fields))
+    fields = json.loads(recorded.read_text())
+    return SharedRun(**{**fields, "out": Path(fields["out"]), "left_on_target": tuple(fields["left_on_target"])})

@@ -93,7 +93,7 @@ def test_a_runs_benchmark_rounds_are_the_figures_its_record_holds(tmp_path):
     target = tmp_path / "target"
     target.mkdir()
     done = run_suite(
-        *("--drive", "local", "--target", str(target), "--workload", "llama3-8b", "--scale", "0.0003"),
+        *("--drive", "local", "--target", str(target), "--workload", "llama3-8b-dp2", "--scale", "0.0003"),
         *("--checkpoints-per-pass", "2", "--passes", "1", "--layout-examples", "2"),
         *("--results", str(tmp_path / "r.json"), "--benchmark-save=run", "--benchmark-save-data"),
         f"--benchmark-storage={tmp_path / 'saved'}",

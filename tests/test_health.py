@@ -23,7 +23,7 @@ from ckptqual.limits.limits import Limit
 from ckptqual.limits.measurements import MEASUREMENTS, recorded
 from ckptqual.report.summary import summary_lines
 from ckptqual.runs.written import SuiteWrites
-from suite_runs import lenient_drive, results, run_suite, skip_if_host_limited, suite_properties
+from suite_runs import HOST_LIMITED, lenient_drive, results, run_suite, suite_properties
 
 DATA = Path(__file__).parent / "data"
 NVME_CLI, SMARTCTL, TREES = DATA / "health" / "nvme-cli", DATA / "health" / "smartctl", DATA / "identity"
@@ -600,7 +600,7 @@ def test_a_run_reads_health_before_and_after_and_a_health_limit_it_cannot_judge_
     where it gives none (this project's virtio CI disk) the run is INCOMPLETE with the reason."""
     limit = '\n[[limit]]\nname = "drive_temperature"\nmax = 200\nunit = "C"\nsource = "test: any working drive"\n'
     drive = lenient_drive(tmp_path / "drive.toml", "health drive", limit)
-    args = ["--workload", "llama3-8b", "--scale", "0.0003", "--checkpoints-per-pass", "1", "--passes", "1"]
+    args = ["--workload", "llama3-8b-dp2", "--scale", "0.0001", "--checkpoints-per-pass", "1", "--passes", "1"]
     reports = ["--results", str(tmp_path / "r.json"), "--junitxml", str(tmp_path / "q.xml"), "--benchmark-disable"]
     done = run_suite(*args, "--drive", str(drive), *reports)
     data = results(tmp_path / "r.json")
@@ -615,9 +615,16 @@ def test_a_run_reads_health_before_and_after_and_a_health_limit_it_cannot_judge_
     if judged:
         assert done.returncode == 0 and all(m["outcome"] == "PASS" for m in judged), done.stdout[-3000:]
         return
-    skip_if_host_limited(done.stdout)
     assert health["outcome"] == "SKIPPED" and done.returncode == 1
-    assert data["verdict"]["overall"] == "INCOMPLETE"
-    (reason,) = data["verdict"]["reasons"]
+    # The health is read from the disk under the test's directory, which other work may use meanwhile: a figure
+    # that disk served with other I/O is INVALID, which outranks INCOMPLETE; the unjudged limit is named either way.
+    verdict = data["verdict"]
+    reason, *others = verdict["reasons"]
+    if others:
+        reason = next(r for r in verdict["reasons"] if r.startswith("limit 2 "))
+        invalid = [r for r in verdict["reasons"] if r != reason]
+        assert verdict["overall"] == "INVALID" and all(any(h in r for h in HOST_LIMITED) for r in invalid), verdict
+    else:
+        assert verdict["overall"] == "INCOMPLETE"
     assert reason.startswith("limit 2 (drive_temperature <= 200 C) was never judged: no test measured it; skipped: ")
     assert health["message"] in reason

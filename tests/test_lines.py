@@ -12,7 +12,7 @@ from ckptqual.host import gpu
 from ckptqual.limits.verdict import overall_verdict
 from ckptqual.report.extract import load_run
 from ckptqual.report.html import write_report
-from suite_runs import SMALL, LiveSuite, junit_cases, results, run_suite
+from suite_runs import SMALL_PAIR, LiveSuite, junit_cases, results, run_suite
 
 SWEEP = ["--transfer", "cpu-only", "--sweep-block-sizes", "8K,1M", "--sweep-threads", "1", "--sweep-file-bytes", "16M"]
 
@@ -22,7 +22,7 @@ def test_a_sweep_cell_without_a_limit_reads_measured_with_its_figure(tmp_path):
     target = tmp_path / "target"
     target.mkdir()
     reports = ["--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
-    run_suite("--drive", "local", "--target", str(target), *SMALL, *SWEEP, *reports, tests=("test_read_sweep.py",))
+    run_suite("--drive", "local", "--target", str(target), *SMALL_PAIR, *SWEEP, *reports, tests=("test_read_sweep.py",))
     cases = junit_cases(tmp_path / "q.xml")
     unlimited, limited = cases["test_read_sweep[cpu-only-8K-1]"], cases["test_read_sweep[cpu-only-1M-1]"]
     line = unlimited["properties"]["ckptqual.line"]
@@ -73,7 +73,7 @@ def test_an_interrupted_run_names_each_cause_once_and_skips_the_cells_this_host_
         "--target",
         str(target),
         "--workload",
-        "llama3-8b",
+        "llama3-8b-dp2",
         "--scale",
         "0.0003",
         *SWEEP[2:],

@@ -26,11 +26,12 @@ from ckptqual.runs.fill import CheckpointRecord, PassResult
 from expected_basis import RELATIVE, STEADY, head, host_phrase, line, qualified
 from suite_runs import (
     HOST_LIMITED,
-    SMALL,
+    SMALL_PAIR,
     LiveSuite,
     children_of,
     junit_cases,
     lenient_drive,
+    plugin_path,
     results,
     run_suite,
 )
@@ -67,7 +68,7 @@ def parallel_run(tmp_path_factory):
         drive = lenient_drive(out / "lenient.toml", "lenient drive")
         arguments = [arg for target in targets for arg in ("--target", str(target))]
         result = run_suite(
-            *SMALL, "-n", "auto", "-v", "--drive", str(drive), *arguments, "--junitxml", str(out / "qual.xml"),
+            *SMALL_PAIR, "-n", "auto", "-v", "--drive", str(drive), *arguments, "--junitxml", str(out / "qual.xml"),
             "--results", str(out / "qual.json"), "--benchmark-autosave", "--benchmark-storage", str(out / "saved"),
             tests=TESTS,
         )  # fmt: skip
@@ -176,7 +177,7 @@ def two_drives_live(
     drive = lenient_drive(out / "lenient.toml", "lenient drive")
     targets = [empty_target(tmp_path, "first"), empty_target(tmp_path, "second")]
     arguments = [arg for target in targets for arg in ("--target", str(target))]
-    small = [*SMALL[:-3], "8", *SMALL[-2:]]
+    small = [*SMALL_PAIR[:-3], "8", *SMALL_PAIR[-2:]]
     suite = LiveSuite(
         out / "log", *small, "-n", "2", "--drive", str(drive), *arguments, "--junitxml", str(out / "q.xml"),
         "--results", str(out / "q.json"), *plugins, tests=TESTS, own_group=own_group, env=env,
@@ -240,7 +241,7 @@ def test_a_worker_killed_in_teardown_leaves_its_measurements_in_the_drives_resul
     """The replacement worker does not qualify the drive again (that would overwrite the dead worker's results
     file): the file keeps every checkpoint the dead worker recorded, and its row, the index and the JUnit agree."""
     (tmp_path / "die_in_teardown.py").write_text(DIE_IN_TEARDOWN)
-    env = {"PYTHONPATH": str(tmp_path), "DIED": str(tmp_path / "died")}
+    env = {"PYTHONPATH": plugin_path(tmp_path), "DIED": str(tmp_path / "died")}
     suite, out, _ = two_drives_live(tmp_path, env=env, plugins=("-p", "die_in_teardown"))
     assert suite.finish() == 1, suite.output()[-4000:]
     assert "replacing crashed worker" in suite.output()
@@ -304,7 +305,7 @@ def test_without_n_the_drives_of_a_list_file_are_qualified_one_after_another(tmp
     listing = out / "drives.txt"
     listing.write_text(f"# two drives\n{drive} {targets[0]}\n\n{drive} {targets[1]}  # the second\n")
     result = run_suite(
-        *SMALL, "--target", str(listing), "--junitxml", str(out / "q.xml"), "--results", str(out / "q.json"),
+        *SMALL_PAIR, "--target", str(listing), "--junitxml", str(out / "q.xml"), "--results", str(out / "q.json"),
         "--benchmark-autosave", "--benchmark-storage", str(out / "saved"),
     )  # fmt: skip
     assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]

@@ -2,47 +2,28 @@
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from expected_basis import RELATIVE, STEADY, host_phrase, line, qualified
-from suite_runs import REPO, SMALL, junit_cases, lenient_drive, results, run_suite, skip_if_host_limited, suite_command
+from expected_basis import RELATIVE, STEADY, host_phrase, line, qualified, uncounted
+from suite_runs import BOTH, PAIR, REPO, junit_cases, lenient_drive, results, run_suite, suite_command
 
 
 @pytest.fixture(scope="module")
-def small_run(tmp_path_factory):
-    """One small qualification on an empty target, with every report a user can ask for."""
-    out = tmp_path_factory.mktemp("reports")
-    target = tmp_path_factory.mktemp("target")
-    drive = lenient_drive(out / "lenient.toml", "lenient drive")
-    result = run_suite(
-        *SMALL,
-        "--drive",
-        str(drive),
-        "--target",
-        str(target),
-        "--junitxml",
-        str(out / "qual.xml"),
-        "--results",
-        str(out / "results.json"),
-        "--benchmark-autosave",
-        "--benchmark-storage",
-        str(out / "benchmarks"),
-        "--restore-checkpoints",
-        "2",
-        tests=("test_fill.py", "test_restore.py"),
-    )
-    skip_if_host_limited(result.stdout)
-    return result, out, target
+def small_run(qualified_run):
+    """One small qualification on an empty target of the slow stand-in drive, with every report a user can ask for
+    (conftest.run_qualified), shared with the other tests that read it."""
+    return qualified_run, qualified_run.out
 
 
 def test_a_small_run_passes_and_leaves_the_target_as_it_found_it(small_run):
-    result, _, target = small_run
+    result, _ = small_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert list(target.iterdir()) == []
+    assert result.left_on_target == ()  # as the run left it, before the stand-in drive was unmounted
 
 
 def test_progress_and_summary_are_printed(small_run):
@@ -57,8 +38,8 @@ def test_junit_carries_every_measurement_with_limit_and_unit(small_run):
     cases = {case.get("name"): case for case in tree.iter("testcase")}
     assert set(cases) == {"test_fill_pass[1]", "test_fill_pass[2]", "test_restore", "verdict"}
     properties = {p.get("name"): p.get("value") for p in cases["test_fill_pass[2]"].iter("property")}
-    assert properties["workload"] == "llama3-8b" and properties["engine"] == "stream"
-    assert float(properties["scale"]) == 0.0003
+    assert properties["workload"] == "llama3-8b-dp2" and properties["engine"] == "stream"
+    assert float(properties["scale"]) == 0.0001
     assert float(properties["fill_throughput"]) > 0 and properties["fill_throughput.unit"] == "GB/s"
     assert properties["fill_throughput.limit"] == ">= 0.001 of raw_write"
     assert properties["fill_throughput.outcome"] == "PASS"
@@ -87,19 +68,19 @@ def test_every_junit_case_shows_its_figures_in_system_out_where_gitlab_and_jenki
 
 def test_results_json_records_configuration_timings_and_outcomes(small_run):
     data = json.loads((small_run[1] / "results.json").read_text())
-    assert data["settings"]["scale"] == 0.0003 and data["settings"]["engine"] == "stream"
-    assert data["plan"]["files"] == 16 and len(data["plan"]["ranks"]) == 8
+    assert data["settings"]["scale"] == 0.0001 and data["settings"]["engine"] == "stream"
+    assert data["plan"]["files"] == 4 and len(data["plan"]["ranks"]) == 2
     assert len(data["baseline"]["write_GBps"]) == 3
     assert max(data["baseline"]["cached_fraction_before_read"]) < 0.05
     assert [p["pass"] for p in data["passes"]] == [1, 2]
     assert [p["checkpoints"] for p in data["passes"]] == [[0, 1], [2, 3]]
     assert data["steady_state"]["2"]["reached"] is False and data["steady_state"]["2"]["rounds"] == 2
     checkpoint = data["checkpoints"][2]
-    assert checkpoint["pass_number"] == 2 and checkpoint["removed_before"] == 0 and len(checkpoint["ranks"]) == 8
+    assert checkpoint["pass_number"] == 2 and checkpoint["removed_before"] == 0 and len(checkpoint["ranks"]) == 2
     assert checkpoint["seconds"] == max(r["done_s"] for r in checkpoint["ranks"])
     assert {m["measurement"] for m in data["measurements"]} >= {"fill_throughput", "fill_mean_checkpoint_throughput"}
     assert all(t["outcome"] == "PASS" for t in data["tests"].values())
-    assert data["verdict"] == qualified(data, RELATIVE, STEADY)
+    assert data["verdict"] == qualified(data, RELATIVE, STEADY, last=uncounted(data))
     assert data["cleanup"]["removed"] is True and "torch" in data["environment"]["versions"]
     assert [r["checkpoint"] for r in data["restore"]] == [2, 3]
     assert all(
@@ -107,21 +88,24 @@ def test_results_json_records_configuration_timings_and_outcomes(small_run):
     )
 
 
-def test_benchmarks_compare_across_runs_of_different_drives(small_run, tmp_path):
-    _, out, _ = small_run
+def test_benchmarks_compare_across_runs_of_different_drives(small_run, tmp_path, slow_target):
+    _, out = small_run
+    storage = tmp_path / "benchmarks"
+    shutil.copytree(out / "benchmarks", storage)  # the shared run's saved benchmarks, and a second run's beside them
     other_drive = lenient_drive(tmp_path / "other-drive.toml", "other drive")
     second = run_suite(
-        *SMALL,
+        *PAIR,
         "--drive",
         str(other_drive),
+        "--target",
+        str(slow_target),
         "--benchmark-autosave",
         "--benchmark-storage",
-        str(out / "benchmarks"),
-        tests=("test_fill.py", "test_restore.py"),
+        str(storage),
+        tests=BOTH,
     )
-    skip_if_host_limited(second.stdout)
     assert second.returncode == 0, second.stdout[-3000:]
-    saved = sorted((out / "benchmarks").rglob("*.json"))
+    saved = sorted(storage.rglob("*.json"))
     assert len(saved) == 2
     runs = [json.loads(path.read_text()) for path in saved]
     assert [r["machine_info"]["ckptqual"]["drive"] for r in runs] == ["lenient drive", "other drive"]
@@ -132,7 +116,7 @@ def test_benchmarks_compare_across_runs_of_different_drives(small_run, tmp_path)
     assert runs[0]["benchmarks"][0]["extra_info"]["checkpoint_bytes"] > 0
     cli = [sys.executable, "-c", "from pytest_benchmark.cli import main; main()"]  # = the pytest-benchmark command
     compare = subprocess.run(
-        [*cli, "--storage", str(out / "benchmarks"), "compare", "--columns", "mean,max"],
+        [*cli, "--storage", str(storage), "compare", "--columns", "mean,max"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -165,7 +149,7 @@ source = "an impossible limit, to see the failure"
     target.mkdir()
     result = run_suite(
         "--workload",
-        "llama3-8b",
+        "llama3-8b-dp2",
         "--scale",
         "0.0001",
         "--checkpoints-per-pass",
@@ -207,15 +191,15 @@ def test_a_target_with_foreign_files_is_refused_and_left_byte_for_byte(tmp_path)
 def test_a_run_that_does_not_fit_is_refused_once_with_a_fix_for_the_whole_run(tmpfs):
     target = tmpfs("size=100m")
     selected = ("test_fill.py", "test_shard_layouts.py")
-    result = run_suite("--workload", "llama3-8b", "--target", str(target), tests=selected)
+    result = run_suite("--workload", "llama3-8b-dp2", "--target", str(target), tests=selected)
     assert result.returncode == 4
     errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
     assert len(errors) == 1, result.stderr
-    assert "fill 0.194 GB: 3 checkpoints of 0.065 GB; odd layouts 0.134 GB" in errors[0]
+    assert "fill 0.175 GB: 3 checkpoints of 0.058 GB; odd layouts 0.134 GB" in errors[0]
     assert "read sweep" not in errors[0]  # not selected, not counted
     fix = errors[0].split("; use ")[1].split(" (then")[0].split()
     assert fix[0] == "--scale" and list(target.iterdir()) == []
-    fixed = run_suite("--workload", "llama3-8b", "--target", str(target), *fix, "--passes", "1", tests=selected)
+    fixed = run_suite("--workload", "llama3-8b-dp2", "--target", str(target), *fix, "--passes", "1", tests=selected)
     assert "ERROR:" not in fixed.stderr and "passed" in fixed.stdout, fixed.stdout[-2000:] + fixed.stderr
     assert list(target.iterdir()) == []
 
@@ -259,14 +243,16 @@ def test_a_run_refused_while_pytest_starts_has_the_refusal_as_its_one_junit_case
     assert list(target.iterdir()) == []  # never into the target, refused or not
 
 
-def test_the_built_in_drive_file_rests_on_relative_limits_only_in_every_report(tmp_path):
-    target = tmp_path / "target"
-    target.mkdir()
+def test_the_built_in_drive_file_rests_on_relative_limits_only_in_every_report(tmp_path, slow_target):
+    """On the slow stand-in drive, whose device bytes are not counted (the last phrase of the basis)."""
     reports = ["--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
-    done = run_suite(*SMALL, "--drive", "local", "--target", str(target), *reports, "--report-dir", str(tmp_path / "h"))
+    done = run_suite(
+        *PAIR, "--drive", "local", "--target", str(slow_target), *reports, "--report-dir", str(tmp_path / "h")
+    )
     data = results(tmp_path / "r.json")
     basis = data["verdict"]["basis"]
-    assert basis[:2] == [RELATIVE, STEADY] and basis[2:] == host_phrase(data)  # local.toml; 2 passes of 2 checkpoints
+    assert basis[:2] == [RELATIVE, STEADY]  # local.toml; 2 passes of 2 checkpoints
+    assert basis[2:] == [*host_phrase(data), uncounted(data)]
     last = done.stdout.rstrip().splitlines()[-1]
     assert last.startswith(f"ckptqual verdict: {data['verdict']['overall']} ({'; '.join(basis)})")
     assert last.startswith("ckptqual verdict: INCOMPLETE (relative limits only; steady state not reached (not ")

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from suite_runs import HOST_LIMITED, SMALL, run_suite
+from suite_runs import HOST_LIMITED, SMALL_PAIR, run_suite
 
 SMALL_SWEEP = ["--sweep-block-sizes", "1M", "--sweep-threads", "1", "--sweep-file-bytes", "16M"]
 SMALL_SWEEP += ["--transfer", "cpu-only"]
@@ -20,7 +20,7 @@ _PLAN = '"format": "ckptqual-plan"'
 @pytest.fixture(scope="module")
 def built_in_run(tmp_path_factory):
     target = tmp_path_factory.mktemp("target")
-    result = run_suite(*SMALL, *SMALL_SWEEP, "--layout-examples", "2", "--target", str(target), tests=ALL)
+    result = run_suite(*SMALL_PAIR, *SMALL_SWEEP, "--layout-examples", "2", "--target", str(target), tests=ALL)
     output = result.stdout + result.stderr
     if result.returncode and "INVALID" in output.splitlines()[-1] and any(r in output for r in HOST_LIMITED):
         pytest.skip(f"this host could not keep up: {output.splitlines()[-1][:300]}")
@@ -42,7 +42,7 @@ def test_a_passing_run_prints_progress_summary_and_verdict_only(built_in_run):
 
 
 def test_verbose_shows_the_benchmark_table_and_the_slowest_layouts_plan(tmp_path):
-    result = run_suite(*SMALL, "-v", "--layout-examples", "2", "--target", str(tmp_path), tests=("test_fill.py",
+    result = run_suite(*SMALL_PAIR, "-v", "--layout-examples", "2", "--target", str(tmp_path), tests=("test_fill.py",
                        "test_shard_layouts.py"))  # fmt: skip
     output = result.stdout + result.stderr
     assert _BENCHMARK_TABLE in output and _PLAN in output, output[-3000:]

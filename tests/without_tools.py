@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-HIDDEN = ("strace", "smartctl", "nvme", "fio", "chromium", "losetup", "mkfs.ext4", "mke2fs", "mount", "umount")
-HIDDEN += ("fsfreeze", "tmux", "cc", "gcc")
+HIDDEN: tuple[str, ...] = ("strace", "smartctl", "nvme", "fio", "chromium", "losetup", "mkfs.ext4", "mke2fs", "mount")
+HIDDEN += ("umount", "fsfreeze", "tmux", "cc", "gcc")
 TOOL_FIXTURES = {"tmpfs", "loop_ext4", "parallel_run", "browser"}  # fixtures that mount, loop-mount or launch
+TOOL_FIXTURES |= {"slow_target", "qualified_run", "throttled_target"}  # the slow stand-in drive (tests/stand_in)
 TOOL_TESTS = (  # tests that call a hidden tool themselves
     "tests/test_health.py::",
     "tests/test_trust.py::test_every_directory_a_checkpoint_changes_is_fsynced_by_its_ranks",
