@@ -15,7 +15,7 @@ from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
 from ckptqual.runs.node import inside
 from ckptqual.runs.secret import SecretError, read_secret, write_secret
 from ckptqual.runs.task import Task
-from ckptqual.runs.wire import CONTROLLER, MAX_MESSAGE_BYTES, Refused, Wire, task_body, task_of
+from ckptqual.runs.wire import CONTROLLER, MAX_MESSAGE_BYTES, Missing, Refused, Wire, task_body, task_of
 
 SECRET, RUN = b"s" * 32, "run1"
 KEY = "ckptqual/events"
@@ -38,6 +38,19 @@ def test_a_signed_message_opens_once_and_its_replay_is_refused():
     assert opened(controller, second).seq == 2
     with pytest.raises(Refused, match=r"from rank 1: it is a replay \(number 1, after 2\)$"):
         opened(controller, first)
+
+
+def test_each_key_numbers_its_own_messages_and_a_gap_in_a_queue_names_the_missing_number():
+    worker, controller = parties()
+    worker.seal("ckptqual/beat/1", "beat", {"sent": {KEY: 0}})  # another key: its numbers are its own
+    values = [worker.seal(KEY, "lost", {"line": str(n)}) for n in range(3)]
+    assert (worker.sent(KEY), worker.sent("ckptqual/beat/1")) == (3, 1)
+    assert controller.open(KEY, values[0], {"lost"}, range(4), queue=True).seq == 1
+    with pytest.raises(Missing, match=r"^message 2 of rank 1 in ckptqual/events never reached the controller: it was "
+                       r"put there and taken by another process that reaches the controller's store"):  # fmt: skip
+        controller.open(KEY, values[2], {"lost"}, range(4), queue=True)
+    assert controller.received(1, KEY) == 1  # the message after the gap was not taken either
+    assert controller.open(KEY, values[2], {"lost"}, range(4)).seq == 3  # where gaps are normal (a value set again)
 
 
 @pytest.mark.parametrize(

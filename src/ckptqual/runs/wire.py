@@ -2,9 +2,13 @@
 
 torch's TCPStore has no authentication: anything that reaches its port reads and writes every key. So every value the
 two sides put there is `HMAC-hex \\n JSON`: an HMAC-SHA256 under the run's secret over the store key it was put at and
-the JSON, which holds the kind, the run id, the sender, the sender's sequence number and a body of that kind's exact
-schema. A value that is too long, unsigned, of another run, a replay or of the wrong shape raises Refused before
-anything in it is used; nothing but JSON is ever decoded.
+the JSON, which holds the kind, the run id, the sender, the sender's sequence number at that key and a body of that
+kind's exact schema. A value that is too long, unsigned, of another run, a replay or of the wrong shape raises Refused
+before anything in it is used; nothing but JSON is ever decoded.
+
+A queue's messages are numbered 1, 2, ... per sender, and each party's heartbeat carries the last number it sent on
+each queue: a message taken from a queue by anyone else (any process that reaches the store can pop it) shows as a
+gap, which raises Missing naming the queue and the number, instead of leaving the receiver waiting for it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,23 @@ class Refused(RankFailure):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, "stopped")
+
+
+class Missing(RankFailure):
+    """A message of a queue that was sent but never reached its receiver: someone else took it from the store."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "stopped")
+
+
+def missing_line(key: str, sender: int, number: int, receiver: str) -> str:
+    """The one line of a message `number` of `sender` at queue `key` that `receiver` never read."""
+    who = "the controller" if sender == CONTROLLER else f"rank {sender}"
+    return (
+        f"message {number} of {who} in {key} never reached {receiver}: it was put there and taken by another process "
+        f"that reaches the controller's store (the store has no access control); let only the nodes reach the "
+        f"--controller port"
+    )
 
 
 class Schema:
@@ -114,6 +135,21 @@ class Record(Schema):
             raise ValueError(f"{where} has {'the unknown key' if unknown else 'no key'} {(unknown or missing)[0]!r}")
         for key, item in value.items():
             self.fields[key].check(item, f"{where}.{key}")
+
+
+class MapOf(Schema):
+    """An object of at most `limit` keys of one schema, each holding a value of one schema."""
+
+    def __init__(self, key: Schema, item: Schema, limit: int) -> None:
+        super().__init__(lambda v: True, f"an object of at most {limit} keys")
+        self.key, self.item, self.limit = key, item, limit
+
+    def check(self, value: Any, where: str) -> None:
+        if type(value) is not dict or len(value) > self.limit:
+            raise ValueError(f"{where} is {_shown(value)}, not {self.expected}")
+        for key, item in value.items():
+            self.key.check(key, f"{where} key")
+            self.item.check(item, f"{where}.{key}")
 
 
 class Either(Schema):
@@ -205,8 +241,9 @@ def body_schemas(ranks: int) -> dict[str, Record]:
         "reply": Record({"task": integer(0), "reply": Either("error", _FAILED, _DONE)}),
         "lost": Record({"line": text()}),
         "refused": Record({"line": text()}),
+        "missing": Record({"line": text()}),
         "gone": Record({}),
-        "beat": Record({}),
+        "beat": Record({"sent": MapOf(text(64), integer(0), ranks + 1)}),
     }
 
 
@@ -223,27 +260,45 @@ class Message:
 class Wire:
     """Seals and opens the messages of one run (`run_id`, `secret`) for one party (`me`) of a run of `ranks` ranks.
 
-    Sealing numbers this party's messages 1, 2, ...; opening accepts from each sender at each key only a number above
-    the last it accepted there (`same_ok`: or equal to it, for a value read again that was not replaced)."""
+    Sealing numbers this party's messages at each key 1, 2, ...; opening accepts from each sender at each key only a
+    number above the last it accepted there (`same_ok`: or equal to it, for a value read again that was not replaced),
+    and at a queue only the next number (`queue`: a gap raises Missing)."""
 
     def __init__(self, secret: bytes, run_id: str, me: int, ranks: int) -> None:
         self._secret, self.run_id, self.me, self.ranks = secret, run_id, me, ranks
         self._schemas = body_schemas(ranks)
-        self._sent = 0
+        self._sent: dict[str, int] = {}
         self._seen: dict[tuple[int, str], int] = {}
         self.lock = threading.Lock()  # held by a sender across sealing and putting, so numbers reach the store in order
 
     def seal(self, key: str, kind: str, body: Mapping[str, Any]) -> bytes:
         """The signed value of a `kind` message with `body`, to be put at `key`."""
         self._schemas[kind].check(body, kind)  # a bug of our own is caught where it is made
-        self._sent += 1
-        envelope = {"kind": kind, "run": self.run_id, "from": self.me, "seq": self._sent, "body": body}
+        self._sent[key] = self._sent.get(key, 0) + 1
+        envelope = {"kind": kind, "run": self.run_id, "from": self.me, "seq": self._sent[key], "body": body}
         payload = json.dumps(envelope, separators=(",", ":"), allow_nan=False).encode()
         return self._mac(key, payload).encode() + b"\n" + payload
 
-    def open(self, key: str, value: bytes, kinds: Collection[str], senders: Collection[int], same_ok: bool = False):
+    def sent(self, key: str) -> int:
+        """The number of the last message this party sealed for `key` (0: none)."""
+        return self._sent.get(key, 0)
+
+    def received(self, sender: int, key: str) -> int:
+        """The number of the last message from `sender` at `key` this party opened (0: none)."""
+        return self._seen.get((sender, key), 0)
+
+    def open(
+        self,
+        key: str,
+        value: bytes,
+        kinds: Collection[str],
+        senders: Collection[int],
+        same_ok: bool = False,
+        queue: bool = False,
+    ) -> Message:
         """The message in `value` read at `key`, which must be of one of `kinds` from one of `senders`; raises Refused
-        saying who sent it (or "an unknown sender", where the signature does not verify) and what is wrong."""
+        saying who sent it (or "an unknown sender", where the signature does not verify) and what is wrong, and at a
+        `queue` Missing where a number was skipped."""
         where = f"a message in {key}"
         if len(value) > MAX_MESSAGE_BYTES:
             raise Refused(f"{where} from an unknown sender: it is {len(value):,} bytes, over {MAX_MESSAGE_BYTES:,}")
@@ -264,6 +319,8 @@ class Wire:
             self._schemas[kind].check(envelope["body"], kind)
         except ValueError as error:
             raise Refused(f"{where} from {who}: it is malformed: {error}") from None
+        if queue and seq > self.received(sender, key) + 1:
+            raise Missing(missing_line(key, sender, self.received(sender, key) + 1, self._name()))
         self._seen[sender, key] = seq
         return Message(kind, sender, seq, envelope["body"])
 
@@ -281,6 +338,9 @@ class Wire:
         if envelope["seq"] < last or (envelope["seq"] == last and not same_ok):
             return f"is a replay (number {envelope['seq']}, after {last})"
         return None
+
+    def _name(self) -> str:
+        return "the controller" if self.me == CONTROLLER else f"rank {self.me}"
 
     def _mac(self, key: str, payload: bytes) -> str:
         return hmac.new(self._secret, key.encode() + b"\0" + payload, hashlib.sha256).hexdigest()
