@@ -351,7 +351,10 @@ def test_a_message_a_stranger_pops_from_a_queue_ends_the_run_at_once_naming_the_
                     tests=("test_fill.py",))  # fmt: skip
     run.suite.wait_for("ckptqual: pass 1 checkpoint 1/50")
     client = torch.distributed.TCPStore("127.0.0.1", run.port, is_master=False, timeout=timedelta(seconds=120))
-    client.queue_pop(queue)  # waits for the next message there, and takes it
+    while True:  # waits for the next message there, and takes it; where the receiver was quicker, the one after
+        with contextlib.suppress(torch.distributed.QueueEmptyError):
+            client.queue_pop(queue)
+            break
     popped_at = time.monotonic()
     code, launches = run.finish(timeout_s=240)
     assert time.monotonic() - popped_at < 120, run.output()  # found at once; the rest is cleanup and the report
