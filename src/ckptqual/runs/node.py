@@ -49,7 +49,7 @@ def task_queue(rank: int) -> str:
 
 
 def beat_key(rank: int) -> str:
-    """The key of `rank`'s heartbeat (CONTROLLER: the controller's), which carries the last number sent on each queue."""
+    """The key of `rank`'s heartbeat (CONTROLLER: the controller's): the last number it sent on each queue."""
     return "ckptqual/beat/controller" if rank == CONTROLLER else f"ckptqual/beat/{rank}"
 
 
