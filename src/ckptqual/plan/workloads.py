@@ -322,7 +322,7 @@ class Workload:
             "description": self.description,
         }
         if self.layout == "dlio-v2":
-            return dlio_v2_plan(self.model, self.parallelism, self.parameters, **common)
+            return dlio_v2_plan(self.model, self.parallelism, self.parameter_count(), **common)
         return deepspeed_plan(self.model, self.parallelism, **common)
 
 
@@ -415,7 +415,7 @@ _CHECKERS = {layout: checker(_schema(layout)) for layout in LAYOUTS}
 
 def _parse(name: str, doc: dict[str, Any]) -> Workload:
     """A Workload from a parsed TOML document, its structure checked before any value is used."""
-    wrong = problem(_CHECKERS.get(doc.get("layout"), _CHECKERS["deepspeed"]), doc)
+    wrong = problem(_CHECKERS.get(str(doc.get("layout")), _CHECKERS["deepspeed"]), doc)
     if wrong:
         raise WorkloadError(wrong)
     layout, model, dtypes = doc["layout"], doc["model"], doc.get("dtypes", {})

@@ -201,7 +201,7 @@ class NodePool(Pool):
             ) from None
         run = {"ranks": ranks, "nodes": nodes, "seed_masked": self._wire.mask(seed), "run_dir": str(run_dir)}
         self._run = self._wire.seal(RUN, "run", run | {"timeout_s": timeout_s, "chunk_bytes": chunk_bytes})
-        self._store.set(RUN, self._run)
+        self._store.set(RUN, self._run)  # type: ignore[arg-type]  # torch's stub says str; the store holds bytes
         self._pulse: Pulse | None = Pulse(self._store, self._wire, ranks)
         try:
             self._await_workers(max(timeout_s, START_TIMEOUT_S))
@@ -308,30 +308,32 @@ class NodePool(Pool):
         options: dict[str, Any] | None = None,
     ) -> CheckpointTiming:
         """Every rank of every node does `op` from a common start; a read's ranks act as the ranks of the next node."""
-        plans = self._plans(plans)
+        planned = self._plans(plans)
+        store = self._store
+        assert store is not None  # a closed pool is stopped, and _plans refuses it
         acting = self._readers if op in READS else list(range(self.ranks))
         self._tasks += 1
         try:
             self._events()  # anything refused while no task ran stops the run before the next one
             for rank, as_rank in enumerate(acting):
-                task = Task(op, checkpoint, str(directory), plans[as_rank], options or {})
+                task = Task(op, checkpoint, str(directory), planned[as_rank], options or {})
                 key = task_queue(rank)
-                self._store.queue_push(key, self._wire.seal(key, "task", task_body(self._tasks, as_rank, task)))
-            self._beat()
+                store.queue_push(key, self._wire.seal(key, "task", task_body(self._tasks, as_rank, task)))
+            self._beat(store)
             replies = self._collect(what)
         except (KeyboardInterrupt, SystemExit):
             self.stopped = "the run was interrupted"
             self._shut_down(grace_s=0)
             raise
         nodes = tuple(self._node_timing(node, replies, op) for node in range(self.nodes))
-        ranks = rank_timings(replies, tuple(plans[rank] for rank in acting), [w.node for w in self.workers])
+        ranks = rank_timings(replies, tuple(planned[rank] for rank in acting), [w.node for w in self.workers])
         return CheckpointTiming(ranks, at_once([(node.hostname, node.host) for node in nodes]), nodes)
 
-    def _beat(self) -> None:
+    def _beat(self, store: dist.Store) -> None:
         """Tells the workers the number of the last task put in each one's queue (after the tasks are in the store)."""
         key = beat_key(CONTROLLER)
         sent = {task_queue(rank): self._wire.sent(task_queue(rank)) for rank in range(self.ranks)}
-        self._store.set(key, self._wire.seal(key, "beat", {"sent": sent}))
+        store.set(key, self._wire.seal(key, "beat", {"sent": sent}))  # type: ignore[arg-type]
 
     def _node_timing(self, node: int, replies: list[dict[str, Any]], op: str) -> NodeTiming:
         members = [w for w in self.workers if w.node == node]
@@ -417,7 +419,7 @@ class NodePool(Pool):
             return
         stop = {"reason": self.stopped or "", "planned": self.stopped is None}
         with contextlib.suppress(RuntimeError):
-            self._store.set(STOP, self._wire.seal(STOP, "stop", stop))
+            self._store.set(STOP, self._wire.seal(STOP, "stop", stop))  # type: ignore[arg-type]
         self.stopped = self.stopped or "they were closed"
         deadline = time.monotonic() + grace_s + (_LEAVE_WAIT_S if len(self.workers) == self.ranks else late_s)
         while not self._all_gone() and time.monotonic() < deadline:

@@ -83,7 +83,8 @@ class Link:
         """Tells the controller this rank is alive, and the number of the last event it posted."""
         key = beat_key(self.rank)
         with self.wire.lock:
-            self.store.set(key, self.wire.seal(key, "beat", {"sent": {EVENTS: self.wire.sent(EVENTS)}}))
+            beat = self.wire.seal(key, "beat", {"sent": {EVENTS: self.wire.sent(EVENTS)}})
+            self.store.set(key, beat)  # type: ignore[arg-type]  # torch's stub says str; the store holds bytes
 
     def refused(self, refusal: Refused) -> None:
         """Tells the controller what this worker refused, naming itself, so that the run fails with it."""
@@ -150,8 +151,8 @@ def _serve(link: Link, world: int) -> NoReturn:
         _leave(link, 2)
     run_dir = Path(run["run_dir"])
     tree, problem = _run_tree(world, run, run_dir)
-    if problem:
-        link.post("unable", {"error": problem})
+    if tree is None:
+        link.post("unable", {"error": str(problem)})
         _leave(link, 2)
     dist.init_process_group("gloo", timeout=timedelta(seconds=run["timeout_s"]))
     sampler = HostSampler(run_dir)  # this node's CPUs and the block device under the target here
