@@ -98,7 +98,8 @@ def _expected(error: ValidationError) -> str:
     schema, keyword, bound = error.schema, str(error.validator), error.validator_value
     if isinstance(schema, dict) and "expected" in schema:
         return str(schema["expected"])
-    noun = "an integer" if isinstance(schema, dict) and schema.get("type") == "integer" else "a number"
+    kinds = schema.get("type") if isinstance(schema, dict) else None
+    noun = "an integer" if kinds == "integer" or (isinstance(kinds, list) and "integer" in kinds) else "a number"
     if keyword == "type":
         return " or ".join(_KINDS[kind] for kind in (bound if isinstance(bound, list) else [bound]))
     if keyword in ("minimum", "maximum") and {"minimum", "maximum"} <= set(schema):
