@@ -161,7 +161,8 @@ def _structure(table: tuple[Setting, ...]) -> Validator:
 
 
 def _error(path: Path, where: str, value: Any, problem_text: str) -> SettingsError:
-    """The line of a value a check that spans several keys refused: the file, the key and its value, and why."""
+    """The line of a value its kind refused (a setting's, or a limit's `where`, whose keys depend on its measurement):
+    the file, the key and its value, and why."""
     return SettingsError(f"{path}: {where} = {value!r}: {problem_text}")
 
 
