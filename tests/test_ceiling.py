@@ -206,7 +206,7 @@ def test_a_real_runs_results_hold_each_phases_ceiling_valid_and_its_summary_show
     assert f"fill write {fill['GBps']:.2f} GB/s ({fill['cores']:g} cores x {fill['GB_per_cpu_s']:.2f} GB per" in line
     assert line in done.stdout.splitlines(), done.stdout[-3000:]
     damaged = {**data, "ceiling": {**ceiling, "phases": {"fill write": {**fill, "GBps": None}}}}
-    assert shape_problem(damaged) == 'ceiling.phases["fill write"].GBps: null where a number belongs'
+    assert shape_problem(damaged) == 'ceiling.phases["fill write"].GBps: must be a number, got null'
 
 
 def test_a_1000_GBps_minimum_is_refused_before_any_file_is_written_and_the_terminal_says_so(tmp_path):

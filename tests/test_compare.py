@@ -203,8 +203,8 @@ def test_sweep_cells_are_compared_in_pairs(tmp_path):
 
 @pytest.mark.parametrize(
     ("key", "named"),
-    [(("checkpoints", 4, "GBps"), "checkpoints[4].GBps: NaN where a number belongs"),
-     (("verdict",), "verdict: NaN where an object belongs")],
+    [(("checkpoints", 4, "GBps"), "checkpoints[4].GBps: must be a number, got NaN"),
+     (("verdict",), "verdict: must be an object, got NaN")],
 )  # fmt: skip
 def test_a_record_holding_nan_is_a_usage_error_naming_the_key(key, named, tmp_path, capsys):
     data = load_run(FIRST).data

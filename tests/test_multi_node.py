@@ -341,6 +341,37 @@ def test_a_stranger_on_the_controllers_port_is_refused_reported_never_executed_a
         victim.wait()
 
 
+@pytest.mark.parametrize("queue", ["ckptqual/events", "ckptqual/tasks/3"])
+def test_a_message_a_stranger_pops_from_a_queue_ends_the_run_at_once_naming_the_queue_and_the_number(two_nodes, queue):
+    """A real TCPStore client on 127.0.0.1 takes one message from a queue mid-run: a worker's event (a reply) or a
+    rank's next task. The heartbeats say what was sent, so the run fails within seconds, not at the rank timeout,
+    naming the queue and the missing number; no traceback, and every process ends."""
+    timeout_s = 600
+    run = two_nodes("--checkpoints-per-pass", "50", "--passes", "1", "--rank-timeout", str(timeout_s),
+                    tests=("test_fill.py",))  # fmt: skip
+    run.suite.wait_for("ckptqual: pass 1 checkpoint 1/50")
+    client = torch.distributed.TCPStore("127.0.0.1", run.port, is_master=False, timeout=timedelta(seconds=120))
+    while True:  # waits for the next message there, and takes it; where the receiver was quicker, the one after
+        with contextlib.suppress(torch.distributed.QueueEmptyError):
+            client.queue_pop(queue)
+            break
+    popped_at = time.monotonic()
+    code, launches = run.finish(timeout_s=240)
+    assert time.monotonic() - popped_at < 120, run.output()  # found at once; the rest is cleanup and the report
+    data = run.data()
+    assert code != 0 and data["verdict"]["overall"] != "QUALIFIED", run.output()
+    message = data["tests"]["tests_qual/test_fill.py::test_fill_pass[1]"]["message"]
+    receiver = "the controller" if queue.endswith("events") else "rank 3"
+    sender = r"rank \d" if queue.endswith("events") else "the controller"
+    assert re.search(
+        rf"ERROR: message \d+ of {sender} in {queue} never reached {receiver}: it was put there and taken by another "
+        "process that reaches the controller's store", message
+    ), message  # fmt: skip
+    assert "Traceback" not in run.suite.output(), run.output()
+    assert launches == [1, 1] and processes_of(run.run_id) == {}, run.output()
+    assert data["cleanup"]["removed"] is True and list(run.target.iterdir()) == []
+
+
 def test_nodes_started_with_the_wrong_rank_count_are_refused_with_the_command_to_use(two_nodes):
     run = two_nodes(per_node=3)  # 6 ranks in all, for a plan of 8
     code, launches = run.finish()

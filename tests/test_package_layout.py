@@ -13,6 +13,7 @@ ROOMS = (
     "faults",
     "resources",
     "output_file",
+    "documents",
     "bounded",
     "printable",
     "plan",

@@ -124,7 +124,10 @@ BAD = {
     "missing key": (lambda d: d["ranks"][0].pop("files"), "ranks[0].files: missing"),
     "files not a list": (lambda d: d["ranks"][0].__setitem__("files", {}), "ranks[0].files: must be a list"),
     "wrong format": (lambda d: d.__setitem__("format", "other"), "plan.format: must be 'ckptqual-plan'"),
-    "newer version": (lambda d: d.__setitem__("version", 2), "plan.version: this ckptqual reads version 1"),
+    "newer version": (
+        lambda d: d.__setitem__("version", 2),
+        "plan.version: must be 1, got 2; this ckptqual reads version 1",
+    ),
     "zero scale": (lambda d: d.__setitem__("scale", 0), "plan.scale: must be a number > 0"),
     "non-integer parallelism": (lambda d: d["parallelism"].__setitem__("tp", "2"), "plan.parallelism.tp"),
     "non-string workload": (lambda d: d.__setitem__("workload", None), "plan.workload: must be a string"),

@@ -22,10 +22,11 @@ from typing import Any
 import pytest
 
 from ckptqual.cli import main
+from ckptqual.documents import key_path
 from ckptqual.report.extract import load_run
 from ckptqual.report.figures import draw_all
 from ckptqual.report.html import render
-from ckptqual.report.schema import key_path, shape_problem
+from ckptqual.report.schema import shape_problem
 
 RECORD = Path(__file__).parent / "data" / "results" / "loop-ext4-devices.json"
 DATA = json.loads(RECORD.read_text())

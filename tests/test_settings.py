@@ -182,7 +182,7 @@ def test_one_row_adds_the_flag_its_help_the_drive_file_key_and_the_overlay(tmp_p
     drive = tmp_path / "frobbing.toml"
     drive.write_text('[drive]\nname = "frobbing"\n[run]\nfrobs = 7\n')
     assert load_drive_file(str(drive), WITH_FROBS).values == {"frobs": 7}
-    with pytest.raises(SettingsError, match=r"run.frobs: unknown key in \[run\]"):
+    with pytest.raises(SettingsError, match=r"run.frobs: unknown key; allowed: .*; remove it from \[run\]$"):
         load_drive_file(str(drive))  # the shipped table has no such row
     picked = [resolve_settings(options, WITH_FROBS) for options in ({"frobs": "5"}, {"drive": str(drive)}, {})]
     assert [(run.frobs, run.sources["frobs"]) for run in picked] == [

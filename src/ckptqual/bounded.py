@@ -11,6 +11,8 @@ import tomllib
 from collections.abc import Callable
 from typing import Any
 
+from ckptqual.documents import key_path
+
 MAX_DEPTH = 32  # the shipped files nest 6 deep at most
 MAX_DIGITS = 30  # of an integer or a float's digits: more than any count of bytes or seconds needs
 MAX_MAGNITUDE = 1e18  # an exabyte; no count, size, rate or time a run uses comes near it
@@ -54,15 +56,11 @@ def _scan(text: str) -> None:
             raise ValueError(f"{where}: a number of {digits} digits; give one of at most {MAX_DIGITS}")
 
 
-def _key_path(path: tuple[str | int, ...]) -> str:
-    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" if i else part for i, part in enumerate(path))
-
-
 def check_values(value: Any, path: tuple[str | int, ...] = ()) -> None:
     """Refuses a number larger than MAX_MAGNITUDE, and keys nested deeper than MAX_DEPTH
     (TOML's dotted keys nest without brackets), naming the key path."""
     if len(path) > MAX_DEPTH:
-        raise ValueError(f"{_key_path(path[:MAX_DEPTH])}...: nests deeper than {MAX_DEPTH} levels; no file needs it")
+        raise ValueError(f"{key_path(path[:MAX_DEPTH])}...: nests deeper than {MAX_DEPTH} levels; no file needs it")
     if isinstance(value, dict):
         for key, item in value.items():
             check_values(item, (*path, key))
@@ -71,7 +69,7 @@ def check_values(value: Any, path: tuple[str | int, ...] = ()) -> None:
             check_values(item, (*path, index))
     elif isinstance(value, int | float) and not isinstance(value, bool) and not _bounded(value):
         shown = f"{value:.3g}" if isinstance(value, float) else f"{value:.3e}"
-        where = _key_path(path) or "the value"
+        where = key_path(path)
         raise ValueError(f"{where}: {shown} is beyond {MAX_MAGNITUDE:.0e}; give a real value")
 
 

@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jsonschema.protocols import Validator
+
 from ckptqual.bounded import load_toml
 from ckptqual.config.table import PARTS, SETTINGS, Setting
-from ckptqual.config.values import FLAG, TEXT, KeyTable, Kind, SettingsError, choice, list_of, number, size, whole
+from ckptqual.config.values import TEXT, Kind, SettingsError, choice, list_of, size, whole
+from ckptqual.documents import checker, problem
 from ckptqual.io.readers import TRANSFERS
 from ckptqual.limits.limits import BASELINES, DRIVE_STATES, Limit, limits_for
 from ckptqual.limits.measurements import LIMITED, MEASUREMENTS
@@ -74,21 +77,93 @@ _CONTEXT: dict[str, Kind] = {
 }
 # A bound of 0 measures nothing: every figure passes a minimum of 0, none passes a maximum of 0.
 _BOUNDS = {
-    "min": number(lambda v: v > 0, "a finite number > 0 (a minimum of 0 or less passes anything); give the least the "
-                  "drive must reach, or remove the limit"),
-    "max": number(lambda v: v > 0, "a finite number > 0 (nothing measures at or under a maximum of 0); give the most "
-                  "the drive may take, or remove the limit"),
+    "min": {"type": "number", "exclusiveMinimum": 0,
+            "expected": "a finite number > 0 (a minimum of 0 or less passes anything)",
+            "fix": "give the least the drive must reach, or remove the limit"},
+    "max": {"type": "number", "exclusiveMinimum": 0,
+            "expected": "a finite number > 0 (nothing measures at or under a maximum of 0)",
+            "fix": "give the most the drive may take, or remove the limit"},
 }  # fmt: skip
 # Parts whose tests a selection can leave out (the baseline runs before any of them, never alone).
 REQUIRABLE = tuple(part for part in PARTS if part != "baseline")
-_REQUIRES = Kind(
-    lambda v: isinstance(v, list) and bool(v),
-    'must be a non-empty list of parts, e.g. requires = ["fill", "restore"]',
-    item=choice(REQUIRABLE, "part"),
+_TEXT = {"type": "string", "pattern": r"\S", "expected": "a non-empty string"}
+
+
+def _table(properties: dict[str, Any], required: tuple[str, ...], label: str) -> dict[str, Any]:
+    """A table of a drive file with these keys, `required` among them, and no other."""
+    return {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False,
+            "expected": f"a table, written as {label}",
+            "fix": {"required": f"add it to {label}", "additionalProperties": f"remove it from {label}"}}  # fmt: skip
+
+
+_LIMIT = checker(
+    _table(
+        {
+            "name": {"enum": list(LIMITED)},
+            **_BOUNDS,
+            "unit": {"type": "string"},
+            "marginal": {
+                "type": "number",
+                "minimum": 0,
+                "exclusiveMaximum": 1,
+                "expected": "a fraction with 0 <= marginal < 1",
+            },
+            "where": {
+                "type": "object",
+                "minProperties": 1,
+                "expected": "a table of context keys such as { pass = [2, 3] }",
+            },
+            "relative_to": {"enum": list(BASELINES)},
+            "at_full_scale": {"type": "boolean"},
+            "source": _TEXT,
+        },
+        ("name", "unit", "source"),
+        "a [[limit]] block",
+    )
 )
-_MARGINAL = number(lambda m: 0 <= m < 1, "a fraction with 0 <= marginal < 1")
-_DRIVE_KEYS = {"name": TEXT, "description": TEXT, "capacity_bytes": whole(1), "source": TEXT}
-_LIMIT_KEYS = ("name", "min", "max", "unit", "marginal", "where", "relative_to", "at_full_scale", "source")
+_VERDICT = _table(
+    {"requires": {"type": "array", "items": {"enum": list(REQUIRABLE)}, "minItems": 1, "uniqueItems": True,
+                  "expected": 'a non-empty list of parts, each listed once, e.g. requires = ["fill", "restore"]'}},
+    ("requires",),
+    "[verdict]",
+)  # fmt: skip
+_DRIVE = _table(
+    {"name": _TEXT, "description": _TEXT, "capacity_bytes": {"type": "integer", "minimum": 1}, "source": _TEXT},
+    ("name",),
+    "[drive]",
+)
+
+
+def _structure(table: tuple[Setting, ...]) -> Validator:
+    """The tables of a drive file and their keys; the settings' values are checked by their kinds (config.table)."""
+    sections: dict[str, Any] = {}
+    for row in table:
+        if row.section:
+            sections.setdefault(row.section, {})[row.file_key] = {}
+    return checker(
+        {
+            "type": "object",
+            "properties": {
+                "drive": _DRIVE,
+                **{name: _table(keys, (), f"[{name}]") for name, keys in sections.items()},
+                "verdict": _VERDICT,
+                "limit": {
+                    "type": "array",
+                    "items": {"type": "object"},
+                    "expected": "[[limit]] blocks (an array of tables), not [limit]",
+                },
+            },
+            "required": ["drive"],
+            "additionalProperties": False,
+            "fix": {"required": 'add [drive] with name = "..."', "additionalProperties": "remove it"},
+        }
+    )
+
+
+def _error(path: Path, where: str, value: Any, problem_text: str) -> SettingsError:
+    """The line of a value its kind refused (a setting's, or a limit's `where`, whose keys depend on its measurement):
+    the file, the key and its value, and why."""
+    return SettingsError(f"{path}: {where} = {value!r}: {problem_text}")
 
 
 def _where(name: str) -> Kind:
@@ -111,60 +186,63 @@ def _where(name: str) -> Kind:
     return Kind(lambda v: isinstance(v, dict) and bool(v), problem, selectors_of)
 
 
-def _check_unit(table: KeyTable, name: str, unit: str, relative_to: str | None) -> None:
+def _check_unit(path: Path, where: str, name: str, unit: str, relative_to: str | None) -> None:
     kind = MEASUREMENTS[name].kind
     hint = "one of " + ", ".join(known for known, (of, _) in UNITS.items() if of == kind)
     hint = f"{hint}, or ratio with relative_to" if kind == "throughput" else hint
     if unit not in UNITS:
-        raise table.error("unit", f"unknown unit {unit!r} for {name}; use {hint}")
+        raise SettingsError(f"{path}: {where}.unit: unknown unit {unit!r} for {name}; use {hint}")
     if relative_to is not None:
         if kind != "throughput":
-            raise table.error("relative_to", f"{name} is a {kind}, not a throughput; remove it")
+            raise SettingsError(f"{path}: {where}.relative_to: {name} is a {kind}, not a throughput; remove it")
         if unit != "ratio":
-            raise table.error("unit", f"a relative limit is a ratio; set unit = 'ratio', not {unit!r}")
+            raise SettingsError(f"{path}: {where}.unit: a relative limit is a ratio; set unit = 'ratio', not {unit!r}")
     elif unit_kind(unit) != kind:
-        raise table.error("unit", f"unit {unit!r} does not suit {name}, a {kind}; use {hint}")
+        raise SettingsError(f"{path}: {where}.unit: unit {unit!r} does not suit {name}, a {kind}; use {hint}")
 
 
-def _limit(path: Path, index: int, data: Any) -> Limit:
-    table = KeyTable(path, f"limit[{index}]", data, _LIMIT_KEYS, f"[[limit]] number {index}")
-    name = table.get("name", choice(LIMITED, "measurement"), required=True)
-    bounds = {side: table.get(side, kind) for side, kind in _BOUNDS.items()}
-    if (bounds["min"] is None) == (bounds["max"] is None):
-        raise table.error("", "give exactly one of min = ... or max = ...")
-    unit = table.get("unit", TEXT, required=True)
-    relative_to = table.get("relative_to", choice(BASELINES, "baseline"))
-    _check_unit(table, name, unit, relative_to)
-    at_full_scale = table.get("at_full_scale", FLAG) or False
+def _limit(path: Path, index: int, data: dict[str, Any]) -> Limit:
+    where = f"limit[{index}]"
+    wrong = problem(_LIMIT, data, where)
+    if wrong:
+        raise SettingsError(f"{path}: {wrong}")
+    name, relative_to = data["name"], data.get("relative_to")
+    if ("min" in data) == ("max" in data):
+        raise SettingsError(f"{path}: {where}: give exactly one of min = ... or max = ...")
+    _check_unit(path, where, name, data["unit"], relative_to)
+    at_full_scale = data.get("at_full_scale", False)
     if at_full_scale and MEASUREMENTS[name].kind != "duration":
-        raise table.error("at_full_scale", f"applies to durations only, and {name} is not one; remove it")
+        raise SettingsError(
+            f"{path}: {where}.at_full_scale: applies to durations only, and {name} is not one; remove it"
+        )
+    try:
+        selectors = _where(name).check(data["where"]) if "where" in data else ()
+    except ValueError as error:
+        raise _error(path, f"{where}.where", data["where"], str(error)) from None
     return Limit(
         measurement=name,
-        unit=unit,
-        source=table.get("source", TEXT, required=True),
-        min=bounds["min"],
-        max=bounds["max"],
-        marginal=table.get("marginal", _MARGINAL) or 0.0,
-        where=table.get("where", _where(name)) or (),
+        unit=data["unit"],
+        source=data["source"],
+        min=float(data["min"]) if "min" in data else None,
+        max=float(data["max"]) if "max" in data else None,
+        marginal=float(data.get("marginal", 0.0)),
+        where=selectors,
         relative_to=relative_to,
         at_full_scale=at_full_scale,
         number=index,
     )
 
 
-def _limits(path: Path, data: Any) -> tuple[Limit, ...]:
-    if not isinstance(data, list):
-        raise SettingsError(f"{path}: limit: must be [[limit]] blocks (an array of tables), not [limit]")
-    return tuple(_limit(path, index, item) for index, item in enumerate(data, 1))
-
-
 def _settings(path: Path, data: dict[str, Any], table: tuple[Setting, ...]) -> dict[str, Any]:
-    """The values of the table's sections, by setting name."""
+    """The values of the table's sections, by setting name, each checked by its kind."""
     values = {}
-    for section in dict.fromkeys(row.section for row in table if row.section):
-        rows = [row for row in table if row.section == section]
-        keys = KeyTable(path, section, data.get(section, {}), (row.file_key for row in rows), f"[{section}]")
-        values |= {row.name: keys.get(row.file_key, row.kind) for row in rows if row.file_key in keys.data}
+    for row in table:
+        if row.section and row.file_key in data.get(row.section, {}):
+            value = data[row.section][row.file_key]
+            try:
+                values[row.name] = row.kind.check(value)
+            except ValueError as error:
+                raise _error(path, f"{row.section}.{row.file_key}", value, str(error)) from None
     if "checkpoints_per_pass" in values and "fill_fraction" in values:
         raise SettingsError(
             f"{path}: run.fill_fraction: give checkpoints_per_pass or fill_fraction, not both; remove one"
@@ -177,25 +255,24 @@ def _requires(path: Path, data: dict[str, Any], parts: tuple[str, ...]) -> tuple
     out is required. A required part that [run] parts leaves out could never run: refused."""
     if "verdict" not in data:
         return tuple(part for part in parts if part in REQUIRABLE), False
-    table = KeyTable(path, "verdict", data["verdict"], ("requires",), "[verdict]")
-    requires = table.get("requires", _REQUIRES, required=True)
+    requires = tuple(data["verdict"]["requires"])
     never = next((part for part in requires if part not in parts), None)
     if never is not None:
-        raise table.error(
-            "requires", f"{never} is required, but [run] parts leaves it out, so it never runs; add {never} to "
-            f"[run] parts or remove it from requires"
-        )  # fmt: skip
+        raise SettingsError(
+            f"{path}: verdict.requires: {never} is required, but [run] parts leaves it out, so it never runs; add "
+            f"{never} to [run] parts or remove it from requires"
+        )
     return requires, True
 
 
 def _parse(path: Path, data: dict[str, Any], table: tuple[Setting, ...]) -> DriveFile:
-    sections = dict.fromkeys(row.section for row in table if row.section)
-    KeyTable(path, "", data, ["drive", *sections, "verdict", "limit"], "a drive file")
-    if "drive" not in data:
-        raise SettingsError(f'{path}: drive: missing section [drive]; add [drive] with name = "..."')
-    drive = KeyTable(path, "drive", data["drive"], _DRIVE_KEYS, "[drive]")
-    info = DriveInfo(**{key: drive.get(key, kind, required=key == "name") for key, kind in _DRIVE_KEYS.items()})
-    values, limits = _settings(path, data, table), _limits(path, data.get("limit", []))
+    wrong = problem(_structure(table), data)
+    if wrong:
+        raise SettingsError(f"{path}: {wrong}")
+    drive = data["drive"]
+    info = DriveInfo(**{key: drive.get(key) for key in ("name", "description", "capacity_bytes", "source")})
+    values = _settings(path, data, table)
+    limits = tuple(_limit(path, index, block) for index, block in enumerate(data.get("limit", []), 1))
     relative = next((limit for limit in limits if limit.relative_to), None)
     if relative is not None and "baseline" not in values.get("parts", ("baseline",)):
         raise SettingsError(

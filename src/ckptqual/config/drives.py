@@ -41,7 +41,7 @@ def drive_targets(targets: Sequence[str] | None, drive: str | None) -> list[Driv
                 f"--target {targets[0]} lists a drive file for each drive; drop --drive {drive}, or give the "
                 f"targets as --target DIR (each then uses --drive)"
             )
-        listed = parse_target_list(Path(targets[0]))
+        listed: list[tuple[str | None, Path]] = list(parse_target_list(Path(targets[0])))
     else:
         listed = [(None, Path(target)) for target in targets]
     if len(listed) == 1:

@@ -1,5 +1,5 @@
-"""Kinds of values a setting or a data file holds: the one check of each, how command-line text becomes one, and
-the tables of a data file, whose keys are checked.
+"""Kinds of values a setting holds: the one check of each, and how command-line text becomes one (a data file's
+structure is checked by its JSON Schema, ckptqual.documents).
 
 A check returns the value to use or raises ValueError saying what the value must be; the caller says where the value
 came from (`--scale 0.0: ...`, `d5.toml: run.scale = 0: ...`), so every origin gets the same message.
@@ -8,7 +8,7 @@ came from (`--scale 0.0: ...`, `d5.toml: run.scale = 0: ...`), so every origin g
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,7 +117,11 @@ def _bytes(value: Any) -> int | None:
 def size(multiple: int = 1) -> Kind:
     """Bytes, as an integer or a size string (binary K, M or G), a multiple of `multiple`."""
     of = f", a multiple of {format_size(multiple)}" if multiple > 1 else ""
-    ok = lambda v: _bytes(v) is not None and _bytes(v) % multiple == 0  # noqa: E731
+
+    def ok(value: Any) -> bool:
+        amount = _bytes(value)
+        return amount is not None and amount % multiple == 0
+
     return Kind(ok, f"must be a size in bytes{of}, written like 1048576 or '1M' (binary K, M or G)", _bytes)
 
 
@@ -143,29 +147,3 @@ def _parsed(kind: Kind, text: str) -> Any:
     with suppress(ValueError, KeyError):
         return kind.parse(text)
     return text
-
-
-class KeyTable:
-    """One table of a data file whose keys are checked: unknown keys are refused, `get` checks a value's kind."""
-
-    def __init__(self, path: Path, prefix: str, data: Any, known: Iterable[str], label: str) -> None:
-        self.path, self.prefix, self.label, known = path, prefix, label, tuple(known)
-        if not isinstance(data, dict):
-            raise self.error("", f"must be a table, got {data!r}; write it as {label}")
-        for key in data:
-            if key not in known:
-                raise self.error(key, f"unknown key in {label}; known keys: {', '.join(known)}")
-        self.data = data
-
-    def error(self, key: str, problem: str) -> SettingsError:
-        return SettingsError(f"{self.path}: {'.'.join(part for part in (self.prefix, key) if part)}: {problem}")
-
-    def get(self, key: str, kind: Kind, required: bool = False) -> Any:
-        if key not in self.data:
-            if required:
-                raise self.error(key, f"missing; add {key} = ... to {self.label}")
-            return None
-        try:
-            return kind.check(self.data[key])
-        except ValueError as error:
-            raise self.error(f"{key} = {self.data[key]!r}", str(error)) from None

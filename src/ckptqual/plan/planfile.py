@@ -30,14 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from ckptqual.bounded import load_json
-from ckptqual.plan.keys import key_problem
+from ckptqual.documents import checker, problem
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.resources import read_text_file
 
 FORMAT = "ckptqual-plan"
 VERSION = 1
 MAX_FILE_BYTES = 16 << 20  # the plan of the largest shipped workload (llama3-1t, 1,024 ranks) takes 0.6 MiB
-_TOP_KEYS = ("format", "version", "workload", "description", "scale", "parallelism", "ranks")
 
 
 class PlanFileError(ValueError):
@@ -116,55 +115,48 @@ def _shown(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _table(value: Any, where: str, required: tuple[str, ...]) -> dict[str, Any]:
-    """`value` as a JSON object holding exactly the keys `required`."""
-    if not isinstance(value, dict):
-        raise PlanFileError(f"{where}: must be an object {{...}}, got {_shown(value)}")
-    problem = key_problem(value, required)
-    if problem and problem[0] == "unknown":
-        raise PlanFileError(f"{where}.{problem[1]}: unknown key; allowed: {', '.join(required)}")
-    if problem:
-        raise PlanFileError(f"{where}.{problem[1]}: missing")
-    return value
+def _exactly(properties: dict[str, Any], expected: str) -> dict[str, Any]:
+    """An object with exactly these keys."""
+    required = list(properties)
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False,
+            "expected": expected}  # fmt: skip
 
 
-def _list(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise PlanFileError(f"{where}: must be a list [...], got {_shown(value)}")
-    return value
+_TENSOR = {"type": "array", "minItems": 3, "maxItems": 3, "expected": "[name, numel, dtype]"}
+_FILE = _exactly({"path": {}, "tensors": {"type": "array", "items": _TENSOR}}, "an object {...}")
+_RANK = _exactly({"rank": {}, "files": {"type": "array", "items": _FILE}}, "an object {...}")
+# The structure of a plan file; the values (paths, names, counts, dtypes) are validate_plan's, which checks a plan
+# built in code the same way.
+_SCHEMA = _exactly(
+    {
+        "format": {"const": FORMAT},
+        "version": {"const": VERSION, "type": "integer", "fix": f"this ckptqual reads version {VERSION}"},
+        "workload": {"type": "string"},
+        "description": {"type": "string"},
+        "scale": {"type": "number", "exclusiveMinimum": 0},
+        "parallelism": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "ranks": {"type": "array", "items": _RANK},
+    },
+    "an object {...}",
+)
+_CHECKER = checker(_SCHEMA)
 
 
 def _parse(doc: Any) -> CheckpointPlan:
-    """The plan a parsed JSON document describes; values are checked afterwards by validate_plan."""
-    top = _table(doc, "plan", _TOP_KEYS)
-    if top["format"] != FORMAT:
-        raise PlanFileError(f"plan.format: must be {FORMAT!r}, got {_shown(top['format'])}")
-    if top["version"] != VERSION or isinstance(top["version"], bool):
-        raise PlanFileError(f"plan.version: this ckptqual reads version {VERSION}, got {_shown(top['version'])}")
-    scale = top["scale"]
-    if isinstance(scale, int) and not isinstance(scale, bool):
-        scale = float(scale)
+    """The plan a parsed JSON document describes, its structure checked; values are checked by validate_plan."""
+    wrong = problem(_CHECKER, doc, "plan")
+    if wrong:
+        raise PlanFileError(wrong)
     ranks = []
-    for r, rank_doc in enumerate(_list(top["ranks"], "ranks")):
-        rank = _table(rank_doc, f"ranks[{r}]", ("rank", "files"))
+    for r, rank in enumerate(doc["ranks"]):
         files = []
-        for f, file_doc in enumerate(_list(rank["files"], f"ranks[{r}].files")):
-            where = f"ranks[{r}].files[{f}]"
-            file = _table(file_doc, where, ("path", "tensors"))
-            tensors = []
-            for t, tensor in enumerate(_list(file["tensors"], f"{where}.tensors")):
-                if not isinstance(tensor, list) or len(tensor) != 3:
-                    raise PlanFileError(f"{where}.tensors[{t}]: must be [name, numel, dtype], got {_shown(tensor)}")
-                tensors.append(TensorSpec(*tensor))
-            problem = _path_problem(file["path"])  # before FilePlan, which refuses some paths itself
-            if problem:
-                raise PlanFileError(f"{where}.path: {problem}")
-            files.append(FilePlan(file["path"], tuple(tensors)))
+        for f, file in enumerate(rank["files"]):
+            problem_of_path = _path_problem(file["path"])  # before FilePlan, which refuses some paths itself
+            if problem_of_path:
+                raise PlanFileError(f"plan.ranks[{r}].files[{f}].path: {problem_of_path}")
+            files.append(FilePlan(file["path"], tuple(TensorSpec(*tensor) for tensor in file["tensors"])))
         ranks.append(RankPlan(rank["rank"], tuple(files)))
-    parallelism = top["parallelism"]
-    if not isinstance(parallelism, dict):
-        raise PlanFileError(f"plan.parallelism: must be an object of integers, got {_shown(parallelism)}")
-    return CheckpointPlan(top["workload"], tuple(ranks), scale, top["description"], parallelism)
+    return CheckpointPlan(doc["workload"], tuple(ranks), float(doc["scale"]), doc["description"], doc["parallelism"])
 
 
 def _is_int(value: Any) -> bool:

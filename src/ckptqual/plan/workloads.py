@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ckptqual.bounded import load_toml
+from ckptqual.documents import checker, problem
 from ckptqual.plan.formats import FORMATS
-from ckptqual.plan.keys import key_problem
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.resources import named_files, read_text_file, resolve
 
@@ -322,7 +322,7 @@ class Workload:
             "description": self.description,
         }
         if self.layout == "dlio-v2":
-            return dlio_v2_plan(self.model, self.parallelism, self.parameters, **common)
+            return dlio_v2_plan(self.model, self.parallelism, self.parameter_count(), **common)
         return deepspeed_plan(self.model, self.parallelism, **common)
 
 
@@ -361,52 +361,76 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def _parse(name: str, doc: dict[str, Any]) -> Workload:
-    """A Workload from a parsed TOML document; every key checked before use."""
-    _check_keys(doc, "", required=("description", "layout", "model", "parallelism"), optional=("dtypes", "format"))
-    layout = doc["layout"]
-    _check_layout(layout)
+def _positive() -> dict[str, Any]:
+    return {"type": "integer", "minimum": 1}
+
+
+def _table(properties: dict[str, Any], required: tuple[str, ...], name: str, fix: str = "") -> dict[str, Any]:
+    """A TOML table with these keys, `required` among them, and no other."""
+    fixes = {"required": f"add it (the files in {WORKLOAD_DIR} show the format)"}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+        "expected": f"a table ([{name}])",
+        "fix": fixes | ({"additionalProperties": fix} if fix else {}),
+    }
+
+
+_DTYPE = {"enum": list(DTYPE_BYTES)}
+
+
+_DTYPE = {"enum": list(DTYPE_BYTES)}
+
+
+def _schema(layout: str) -> dict[str, Any]:
+    """The structure of a workload file of `layout` (a count may be written 405e9 in a dlio-v2 file's parameters)."""
     dlio = layout == "dlio-v2"
-    model = _table(doc, "model")
-    parallel = _table(doc, "parallelism")
-    dtypes = _table(doc, "dtypes") if "dtypes" in doc else {}
-    _check_keys(model, "model.", required=ARCH_KEYS + (("parameters",) if dlio else ()), optional=())
-    _check_keys(
-        parallel,
-        "parallelism.",
-        required=("tp", "pp", "dp") + (() if dlio else ("zero_stage",)),
-        optional=("subset_processes",),
-    )
-    _check_keys(dtypes, "dtypes.", required=(), optional=("model", "optimizer"))
+    model = {key: _positive() for key in ARCH_KEYS}
+    if dlio:
+        model["parameters"] = {"type": "number", "minimum": 1, "multipleOf": 1, "expected": "an integer >= 1"}
+    parallelism = {key: _positive() for key in ("tp", "pp", "dp")} | {"subset_processes": _positive()}
+    if not dlio:
+        parallelism["zero_stage"] = {"type": "integer", "minimum": 0, "maximum": 3}
+    only_dlio = "" if dlio else "parameters is for layout dlio-v2; deepspeed derives N from the model"
+    return {
+        "type": "object",
+        "properties": {
+            "description": {"type": "string", "pattern": r"\S", "expected": "a non-empty string"},
+            "layout": {"enum": list(LAYOUTS)},
+            "format": {"enum": list(FORMATS)},
+            "model": _table(model, tuple(model), "model", only_dlio),
+            "parallelism": _table(parallelism, ("tp", "pp", "dp") + (() if dlio else ("zero_stage",)), "parallelism"),
+            "dtypes": _table({"model": _DTYPE, "optimizer": _DTYPE}, (), "dtypes"),
+        },
+        "required": ["description", "layout", "model", "parallelism"],
+        "additionalProperties": False,
+        "fix": {"required": f"add it (the files in {WORKLOAD_DIR} show the format)"},
+    }
+
+
+_CHECKERS = {layout: checker(_schema(layout)) for layout in LAYOUTS}
+
+
+def _parse(name: str, doc: dict[str, Any]) -> Workload:
+    """A Workload from a parsed TOML document, its structure checked before any value is used."""
+    wrong = problem(_CHECKERS.get(str(doc.get("layout")), _CHECKERS["deepspeed"]), doc)
+    if wrong:
+        raise WorkloadError(wrong)
+    layout, model, dtypes = doc["layout"], doc["model"], doc.get("dtypes", {})
     defaults = _DEFAULT_DTYPES[layout]
     return Workload(
         name=name,
         description=doc["description"],
         layout=layout,
         model=Architecture(**{key: model[key] for key in ARCH_KEYS}),
-        parallelism=Parallelism(**parallel),
+        parallelism=Parallelism(**doc["parallelism"]),
         model_dtype=dtypes.get("model", defaults[0]),
         optimizer_dtype=dtypes.get("optimizer", defaults[1]),
-        parameters=_whole(model["parameters"]) if dlio else None,
+        parameters=_whole(model["parameters"]) if layout == "dlio-v2" else None,
         format=doc.get("format"),
     )
-
-
-def _table(doc: dict[str, Any], key: str) -> dict[str, Any]:
-    """The sub-table `key`, or WorkloadError if it is not a table."""
-    value = doc[key]
-    if not isinstance(value, dict):
-        raise WorkloadError(f"{key}: must be a table ([{key}]), got {value!r}")
-    return value
-
-
-def _check_keys(table: dict[str, Any], prefix: str, required: tuple[str, ...], optional: tuple[str, ...]) -> None:
-    """Raise WorkloadError for the first unknown or missing key of `table`."""
-    problem = key_problem(table, required, optional)
-    if problem and problem[0] == "unknown":
-        raise WorkloadError(f"{prefix}{problem[1]}: unknown key here; allowed: {', '.join(required + optional)}")
-    if problem:
-        raise WorkloadError(f"{prefix}{problem[1]}: missing; add it (the files in {WORKLOAD_DIR} show the format)")
 
 
 def _whole(value: Any) -> Any:

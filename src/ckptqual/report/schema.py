@@ -5,13 +5,10 @@ It types what the readers read; keys it does not name are free, so a newer recor
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
-from jsonschema import Draft202012Validator, validators
-from jsonschema.exceptions import ValidationError, best_match
-
+from ckptqual.documents import checker, problem
 from ckptqual.limits.units import UNITS
 
 # Every number and string a view reads is bounded, so that arithmetic on it cannot overflow and printing it stays
@@ -354,67 +351,9 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def _finite(checker: Any, instance: Any) -> bool:
-    """JSON has no NaN or infinity, but Python's json reads them: a number of the record is finite."""
-    return Draft202012Validator.TYPE_CHECKER.is_type(instance, "number") and math.isfinite(instance)
-
-
-_TYPES = Draft202012Validator.TYPE_CHECKER.redefine("number", _finite)
-_VALIDATOR = validators.extend(Draft202012Validator, type_checker=_TYPES)(SCHEMA)
-
-
-def key_path(parts: Iterable[str | int]) -> str:
-    """`passes[0].checkpoints[2].seconds`; a key that is not a plain name is quoted: `tests["a/b.py::t[1]"]`."""
-    text = ""
-    for part in parts:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        elif part.isidentifier():
-            text += f".{part}" if text else part
-        else:
-            text += f'["{part}"]'
-    return text or "the top level"
-
-
-def _described(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
-    if isinstance(value, int | float):
-        return f"the number {value:g}"
-    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
-
-
-_KINDS = {"number": "a number", "integer": "an integer", "string": "a string", "boolean": "true or false",
-          "object": "an object", "array": "a list", "null": "null"}  # fmt: skip
-
-
-def _problem(error: ValidationError) -> str:
-    """'passes[0].seconds: null where a number belongs' for the error jsonschema found."""
-    where = key_path(error.absolute_path)
-    if error.validator == "required":
-        missing = next(key for key in error.validator_value if key not in error.instance)
-        return f"{key_path([*error.absolute_path, missing])}: missing"
-    if error.validator == "type":
-        kinds = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
-        return f"{where}: {_described(error.instance)} where {' or '.join(_KINDS[kind] for kind in kinds)} belongs"
-    if error.validator in ("minimum", "exclusiveMinimum"):
-        bound = "at least" if error.validator == "minimum" else "above"
-        return f"{where}: {_described(error.instance)} where a number {bound} {error.validator_value:g} belongs"
-    if error.validator in ("maximum", "maxLength"):
-        what = _described(error.instance) if error.validator == "maximum" else f"{len(error.instance):,} characters"
-        return f"{where}: {what} where at most {error.validator_value:g} belongs"
-    if error.validator == "minItems":
-        return f"{where}: {len(error.instance)} items where at least {error.validator_value} belong"
-    if error.validator == "enum":
-        return f"{where}: {error.instance!r} is none of {', '.join(map(str, error.validator_value))}"
-    return f"{where}: {error.message}"
+_CHECKER = checker(SCHEMA)
 
 
 def shape_problem(data: Any) -> str | None:
-    """Why `data` is not a results record as ckptqual writes it, naming the key; None when it is."""
-    error = best_match(_VALIDATOR.iter_errors(data))
-    return None if error is None else _problem(error)
+    """Why `data` is not a results record as ckptqual writes it, in one line naming the key; None when it is."""
+    return problem(_CHECKER, data)

@@ -8,7 +8,8 @@ throughput the aggregate, and each node's own figures are kept (CheckpointTiming
 one node (node i reads what node i+1 wrote), so that no node reads back from the page cache that wrote the files.
 A node that dies breaks the gloo group: the ranks left say so, the controller names the ranks whose heartbeat stopped
 (Pulse) and fails the checkpoint, and every worker is told to stop; one that hangs fails it at --rank-timeout, as on one
-host.
+host. A message taken from a queue by another process that reaches the store (a task, or a worker's event) fails the
+run at once, naming the queue and the message's number: the heartbeats carry the last number sent on each queue.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from ckptqual.runs.processes import late_reason, process_state
 from ckptqual.runs.secret import write_secret
 from ckptqual.runs.task import Task
 from ckptqual.runs.timing import CheckpointTiming, NodeTiming, host_use, rank_timings
-from ckptqual.runs.wire import CONTROLLER, Message, Refused, Wire, reply_of, task_body
+from ckptqual.runs.wire import CONTROLLER, Message, Missing, Refused, Wire, missing_line, reply_of, task_body
 
 READS = ("read", "raw-read")  # operations whose ranks read what the next node wrote
 _POLL_S = 0.05
@@ -53,7 +54,7 @@ _STOP_GRACE_S = 5.0  # after the stop at the end of a run: time for the workers 
 _LEAVE_WAIT_S = 2.0  # after any stop: more time for the workers to go
 _LATE_WAIT_S = 30.0  # after a stop before every rank had joined: time for the late ones to come and be told
 _GONE_WAIT_S = 2.0  # after the store's server ended: time for a worker here still connected to see it and end
-EVENT_KINDS = ("ready", "unable", "reply", "lost", "refused", "gone")
+EVENT_KINDS = ("ready", "unable", "reply", "lost", "refused", "missing", "gone")
 
 
 @dataclass(frozen=True)
@@ -89,27 +90,39 @@ class Worker:
 
 
 class Pulse:
-    """Which ranks' workers have stopped beating (runs.node._watch), as seen from the controller's store; a beat that
-    does not verify raises Refused."""
+    """Which ranks' workers have stopped beating (runs.node._watch), and the last event each says it posted, as seen
+    from the controller's store; a beat that does not verify raises Refused."""
 
     def __init__(self, store: dist.Store, wire: Wire, ranks: int) -> None:
         self._store, self._wire, self._ranks = store, wire, ranks
         self._beats: dict[int, tuple[bytes, float]] = {}  # rank: (its last beat, when the controller saw it change)
         self._looked = -BEAT_S
+        self.sent: dict[int, int] = {}  # rank: the number of the last event it posted, as its last beat says
+
+    def restart(self) -> None:
+        """Counts silence from the next look on (at the start of each task)."""
+        self._beats, self._looked = {}, -BEAT_S
+
+    def look(self) -> bool:
+        """Reads every rank's beat, at most once per BEAT_S; whether it did."""
+        now = time.monotonic()
+        if now - self._looked < BEAT_S:
+            return False
+        self._looked = now
+        for rank in range(self._ranks):
+            key = beat_key(rank)
+            beat = self._store.get(key) if self._store.check([key]) else b""
+            if self._beats.get(rank, (None, 0.0))[0] != beat:
+                if beat:
+                    body = self._wire.open(key, beat, {"beat"}, {rank}, same_ok=True).body
+                    self.sent[rank] = body["sent"].get(EVENTS, 0)
+                self._beats[rank] = (beat, now)
+        return True
 
     def silent(self) -> set[int]:
-        """The ranks whose heartbeat has not moved for SILENT_S since the first look; the store is read at most once
-        per BEAT_S."""
+        """The ranks whose heartbeat has not moved for SILENT_S since the first look."""
+        self.look()
         now = time.monotonic()
-        if now - self._looked >= BEAT_S:
-            self._looked = now
-            for rank in range(self._ranks):
-                key = beat_key(rank)
-                beat = self._store.get(key) if self._store.check([key]) else b""
-                if self._beats.get(rank, (None, 0.0))[0] != beat:
-                    if beat:
-                        self._wire.open(key, beat, {"beat"}, {rank})
-                    self._beats[rank] = (beat, now)
         return {rank for rank, (_, changed) in self._beats.items() if now - changed > SILENT_S}
 
 
@@ -188,7 +201,8 @@ class NodePool(Pool):
             ) from None
         run = {"ranks": ranks, "nodes": nodes, "seed_masked": self._wire.mask(seed), "run_dir": str(run_dir)}
         self._run = self._wire.seal(RUN, "run", run | {"timeout_s": timeout_s, "chunk_bytes": chunk_bytes})
-        self._store.set(RUN, self._run)
+        self._store.set(RUN, self._run)  # type: ignore[arg-type]  # torch's stub says str; the store holds bytes
+        self._pulse: Pulse | None = Pulse(self._store, self._wire, ranks)
         try:
             self._await_workers(max(timeout_s, START_TIMEOUT_S))
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: answered now, the late ranks not waited for
@@ -231,24 +245,51 @@ class NodePool(Pool):
 
     def _events(self) -> list[Message]:
         """What the workers posted since the last look, each verified; notes who has gone. A message that does not
-        verify, a worker's report that it refused one, or the run's settings replaced in the store stop the run."""
-        store = self._store
-        values = [store.queue_pop(EVENTS, False) for _ in range(store.queue_len(EVENTS))]
-        refusals, events = [], []
+        verify, a worker's report that it refused one, or the run's settings replaced in the store stop the run; so
+        does a message missing from a queue (a gap in a rank's events, one its heartbeat counts that never came, or a
+        task a worker says never came)."""
+        store, pulse = self._store, self._pulse
+        if store is None or pulse is None:  # closed: nothing more comes
+            return []
+        refusals, missing, events = [], [], []
+        try:
+            looked = pulse.look()  # before the queue is read: every event a beat counts is in it by then
+        except Refused as refusal:
+            looked = False
+            refusals.append(f"the controller refused {refusal}")
+        values = []
+        for _ in range(store.queue_len(EVENTS)):
+            try:
+                values.append(store.queue_pop(EVENTS, False))
+            except dist.QueueEmptyError:  # another process took one meanwhile: its number shows the gap
+                break
         if not store.check([RUN]) or store.get(RUN) != self._run:
             refusals.append(f"the controller found the run's settings in {RUN} replaced by an unknown sender")
         for value in values:
             try:
-                event = self._wire.open(EVENTS, value, EVENT_KINDS, range(self.ranks))
+                event = self._wire.open(EVENTS, value, EVENT_KINDS, range(self.ranks), queue=True)
             except Refused as refusal:
                 refusals.append(f"the controller refused {refusal}")
                 continue
+            except Missing as gap:
+                missing.append(str(gap))
+                continue
             if event.kind == "refused":
                 refusals.append(event.body["line"])
+            elif event.kind == "missing":
+                missing.append(event.body["line"])
             events.append(event)
+        if looked:
+            missing += [
+                missing_line(EVENTS, rank, self._wire.received(rank, EVENTS) + 1, "the controller")
+                for rank, sent in sorted(pulse.sent.items())
+                if sent > self._wire.received(rank, EVENTS)
+            ]
         self._gone |= {event.sender for event in events if event.kind == "gone"}
         if refusals:
             raise self._refused(refusals[0])
+        if missing:
+            raise self._stop(missing[0], "stopped") if self.stopped is None else Missing(missing[0])
         return events
 
     def _refused(self, line: str) -> RankFailure:
@@ -267,23 +308,32 @@ class NodePool(Pool):
         options: dict[str, Any] | None = None,
     ) -> CheckpointTiming:
         """Every rank of every node does `op` from a common start; a read's ranks act as the ranks of the next node."""
-        plans = self._plans(plans)
+        planned = self._plans(plans)
+        store = self._store
+        assert store is not None  # a closed pool is stopped, and _plans refuses it
         acting = self._readers if op in READS else list(range(self.ranks))
         self._tasks += 1
         try:
             self._events()  # anything refused while no task ran stops the run before the next one
             for rank, as_rank in enumerate(acting):
-                task = Task(op, checkpoint, str(directory), plans[as_rank], options or {})
+                task = Task(op, checkpoint, str(directory), planned[as_rank], options or {})
                 key = task_queue(rank)
-                self._store.queue_push(key, self._wire.seal(key, "task", task_body(self._tasks, as_rank, task)))
+                store.queue_push(key, self._wire.seal(key, "task", task_body(self._tasks, as_rank, task)))
+            self._beat(store)
             replies = self._collect(what)
         except (KeyboardInterrupt, SystemExit):
             self.stopped = "the run was interrupted"
             self._shut_down(grace_s=0)
             raise
         nodes = tuple(self._node_timing(node, replies, op) for node in range(self.nodes))
-        ranks = rank_timings(replies, tuple(plans[rank] for rank in acting), [w.node for w in self.workers])
+        ranks = rank_timings(replies, tuple(planned[rank] for rank in acting), [w.node for w in self.workers])
         return CheckpointTiming(ranks, at_once([(node.hostname, node.host) for node in nodes]), nodes)
+
+    def _beat(self, store: dist.Store) -> None:
+        """Tells the workers the number of the last task put in each one's queue (after the tasks are in the store)."""
+        key = beat_key(CONTROLLER)
+        sent = {task_queue(rank): self._wire.sent(task_queue(rank)) for rank in range(self.ranks)}
+        store.set(key, self._wire.seal(key, "beat", {"sent": sent}))  # type: ignore[arg-type]
 
     def _node_timing(self, node: int, replies: list[dict[str, Any]], op: str) -> NodeTiming:
         members = [w for w in self.workers if w.node == node]
@@ -296,7 +346,9 @@ class NodePool(Pool):
         deadline = time.monotonic() + self.timeout_s
         replies: dict[int, dict[str, Any]] = {}
         lost: dict[int, str] = {}
-        pulse = Pulse(self._store, self._wire, self.ranks)
+        pulse = self._pulse
+        assert pulse is not None  # a pool is closed only after its last task
+        pulse.restart()
         while len(replies) < self.ranks or lost:
             for event in self._events():
                 if event.kind == "reply" and event.body["task"] != self._tasks:
@@ -367,7 +419,7 @@ class NodePool(Pool):
             return
         stop = {"reason": self.stopped or "", "planned": self.stopped is None}
         with contextlib.suppress(RuntimeError):
-            self._store.set(STOP, self._wire.seal(STOP, "stop", stop))
+            self._store.set(STOP, self._wire.seal(STOP, "stop", stop))  # type: ignore[arg-type]
         self.stopped = self.stopped or "they were closed"
         deadline = time.monotonic() + grace_s + (_LEAVE_WAIT_S if len(self.workers) == self.ranks else late_s)
         while not self._all_gone() and time.monotonic() < deadline:
@@ -378,7 +430,7 @@ class NodePool(Pool):
                 f"rank(s) {', '.join(map(str, unheard))} never reached this process; they end by themselves once they "
                 f"find it gone (within {CONNECT_TIMEOUT_S:g} s)"
             )
-        self._store = None  # the store's server ends with it: a worker still waiting on it ends too
+        self._store = self._pulse = None  # the store's server ends with them: a worker still waiting on it ends too
         left = [w for w in self.workers if not w.gone(self._gone)]
         deadline = time.monotonic() + _GONE_WAIT_S
         while any(w.here and w.state() != "gone" for w in left) and time.monotonic() < deadline:

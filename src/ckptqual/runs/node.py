@@ -5,7 +5,9 @@ controller's TCPStore (the pytest process on node 0, runs.cluster), meets every 
 does the rank operation of runs.worker and posts its reply. A worker ends when the controller says stop or is gone, and
 when the gloo group breaks (a node died): it then says which rank lost its peers, so that the controller fails the
 checkpoint at once, and exits, so that torchrun's agent on its node stops too. Every message it reads or puts in the
-store is signed with the run's secret (runs.wire); one that does not verify is refused and told, never acted on.
+store is signed with the run's secret (runs.wire); one that does not verify is refused and told, never acted on. A task
+the controller's heartbeat says it sent, but that is no longer in the worker's queue, was taken by another process: the
+worker tells the controller at once, naming the queue and the task's number.
 """
 
 from __future__ import annotations
@@ -31,13 +33,13 @@ from ckptqual.io.payload import PayloadGenerator
 from ckptqual.runs.failure import RankFailure
 from ckptqual.runs.secret import SecretError, read_secret
 from ckptqual.runs.task import Task
-from ckptqual.runs.wire import CONTROLLER, Refused, Wire, reply_data, task_of
+from ckptqual.runs.wire import CONTROLLER, Missing, Refused, Wire, missing_line, reply_data, task_of
 from ckptqual.runs.worker import run_task
 
 # Keys of the controller's store.
 RUN, STOP, EVENTS = "ckptqual/run", "ckptqual/stop", "ckptqual/events"
 CONNECT_TIMEOUT_S = 300.0  # how long a worker waits for the controller to come up
-_IDLE_WAIT_S = 3600.0  # one blocking wait for the next task; repeated while the controller is there
+_POLL_S = 0.05  # how often a worker looks for its next task
 BEAT_S = 0.5  # how often a worker tells the controller it is alive (and looks for the stop)
 
 
@@ -47,8 +49,8 @@ def task_queue(rank: int) -> str:
 
 
 def beat_key(rank: int) -> str:
-    """The key of `rank`'s heartbeat counter."""
-    return f"ckptqual/beat/{rank}"
+    """The key of `rank`'s heartbeat (CONTROLLER: the controller's): the last number it sent on each queue."""
+    return "ckptqual/beat/controller" if rank == CONTROLLER else f"ckptqual/beat/{rank}"
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -65,7 +67,8 @@ def connect(address: str, timeout_s: float) -> dist.TCPStore:
 
 class Link:
     """This worker's side of one connection to the controller's store: every message it puts there sealed by `wire`
-    (its number taken and the value put under one lock, so that the numbers reach the controller in order)."""
+    (its number taken and the value put under one lock, and an event known to be in the store before the lock is let
+    go, so that the numbers reach the controller in order and a heartbeat never counts an event not yet there)."""
 
     def __init__(self, store: dist.Store, wire: Wire, rank: int) -> None:
         self.store, self.wire, self.rank = store, wire, rank
@@ -74,11 +77,14 @@ class Link:
         """Tells the controller a `kind` event: ready, unable, reply, lost, refused or gone."""
         with self.wire.lock:
             self.store.queue_push(EVENTS, self.wire.seal(EVENTS, kind, body))
+            self.store.queue_len(EVENTS)  # a reply on this connection: the store has the event
 
     def beat(self) -> None:
+        """Tells the controller this rank is alive, and the number of the last event it posted."""
         key = beat_key(self.rank)
         with self.wire.lock:
-            self.store.set(key, self.wire.seal(key, "beat", {}))
+            beat = self.wire.seal(key, "beat", {"sent": {EVENTS: self.wire.sent(EVENTS)}})
+            self.store.set(key, beat)  # type: ignore[arg-type]  # torch's stub says str; the store holds bytes
 
     def refused(self, refusal: Refused) -> None:
         """Tells the controller what this worker refused, naming itself, so that the run fails with it."""
@@ -145,8 +151,8 @@ def _serve(link: Link, world: int) -> NoReturn:
         _leave(link, 2)
     run_dir = Path(run["run_dir"])
     tree, problem = _run_tree(world, run, run_dir)
-    if problem:
-        link.post("unable", {"error": problem})
+    if tree is None:
+        link.post("unable", {"error": str(problem)})
         _leave(link, 2)
     dist.init_process_group("gloo", timeout=timedelta(seconds=run["timeout_s"]))
     sampler = HostSampler(run_dir)  # this node's CPUs and the block device under the target here
@@ -204,22 +210,55 @@ def _identity(sampler: HostSampler) -> dict[str, Any]:
 
 def _next_task(link: Link, tree: RunTree) -> tuple[int, int, Task]:
     """The next (task number, rank to act as, task) for this rank; waits as long as the controller is there. A task
-    that does not verify, or names a directory outside the run directory, is refused and told, never done."""
-    link.store.set_timeout(timedelta(seconds=_IDLE_WAIT_S))
+    that does not verify, or names a directory outside the run directory, is refused and told, never done; a task taken
+    from the queue by another process is told as missing, and none comes after it."""
     key = task_queue(link.rank)
+    looked = -BEAT_S
     while True:
-        try:
-            value = link.store.queue_pop(key)
-        except dist.DistStoreError:  # no task yet: the wait timed out (a lost controller raises DistNetworkError)
+        if link.store.queue_len(key) == 0:  # only this thread pops this queue
+            if time.monotonic() - looked >= BEAT_S:
+                looked = time.monotonic()
+                _tell_missing(link, key)
+            time.sleep(_POLL_S)
             continue
         try:
-            body = link.wire.open(key, value, {"task"}, {CONTROLLER}).body
+            value = link.store.queue_pop(key, False)
+        except dist.QueueEmptyError:  # another process took it meanwhile: the next look at the heartbeat tells
+            continue
+        try:
+            body = link.wire.open(key, value, {"task"}, {CONTROLLER}, queue=True).body
             task = task_of(body)
             inside(tree, Path(task.directory))
         except Refused as refusal:
             link.refused(refusal)
             continue
+        except Missing as missing:
+            _missing(link, str(missing))
         return body["number"], body["as_rank"], task
+
+
+def _tell_missing(link: Link, key: str) -> None:
+    """Compares the controller's heartbeat (the last task it sent on `key`) with the last task this rank took, while
+    the queue is empty: a task sent but not there was taken by another process (a heartbeat that does not verify is
+    refused and told)."""
+    beat = beat_key(CONTROLLER)
+    if not link.store.check([beat]):
+        return
+    try:
+        sent = link.wire.open(beat, link.store.get(beat), {"beat"}, {CONTROLLER}, same_ok=True).body["sent"].get(key, 0)
+    except Refused as refusal:
+        link.refused(refusal)
+        return
+    taken = link.wire.received(CONTROLLER, key)
+    if sent > taken and link.store.queue_len(key) == 0:  # looked at after the heartbeat: a task sent is there by now
+        _missing(link, missing_line(key, CONTROLLER, taken + 1, f"rank {link.rank}"))
+
+
+def _missing(link: Link, line: str) -> NoReturn:
+    """Tells the controller a task never came, then waits for its stop (which ends the process)."""
+    link.post("missing", {"line": line})
+    while True:  # the controller's stop ends this process (_watch)
+        time.sleep(BEAT_S)
 
 
 def inside(tree: RunTree, directory: Path) -> None:

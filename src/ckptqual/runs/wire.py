@@ -2,9 +2,13 @@
 
 torch's TCPStore has no authentication: anything that reaches its port reads and writes every key. So every value the
 two sides put there is `HMAC-hex \\n JSON`: an HMAC-SHA256 under the run's secret over the store key it was put at and
-the JSON, which holds the kind, the run id, the sender, the sender's sequence number and a body of that kind's exact
-schema. A value that is too long, unsigned, of another run, a replay or of the wrong shape raises Refused before
-anything in it is used; nothing but JSON is ever decoded.
+the JSON, which holds the kind, the run id, the sender, the sender's sequence number at that key and a body of that
+kind's exact schema. A value that is too long, unsigned, of another run, a replay or of the wrong shape raises Refused
+before anything in it is used; nothing but JSON is ever decoded.
+
+A queue's messages are numbered 1, 2, ... per sender, and each party's heartbeat carries the last number it sent on
+each queue: a message taken from a queue by anyone else (any process that reaches the store can pop it) shows as a
+gap, which raises Missing naming the queue and the number, instead of leaving the receiver waiting for it.
 """
 
 from __future__ import annotations
@@ -14,10 +18,13 @@ import hmac
 import json
 import math
 import threading
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jsonschema.protocols import Validator
+
+from ckptqual.documents import checker, problem
 from ckptqual.faults import RUN_FAULTS, TARGET_FAULTS
 from ckptqual.host.cpu import Mark
 from ckptqual.plan.model import DTYPE_BYTES, FilePlan, RankPlan, TensorSpec
@@ -39,114 +46,85 @@ class Refused(RankFailure):
         super().__init__(message, "stopped")
 
 
-class Schema:
-    """A check of a decoded JSON value: `check(value, where)` raises ValueError naming `where` and what is wrong."""
+class Missing(RankFailure):
+    """A message of a queue that was sent but never reached its receiver: someone else took it from the store."""
 
-    def __init__(self, check: Callable[[Any], bool], expected: str) -> None:
-        self._ok, self.expected = check, expected
-
-    def check(self, value: Any, where: str) -> None:
-        if not self._ok(value):
-            raise ValueError(f"{where} is {_shown(value)}, not {self.expected}")
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "stopped")
 
 
-def _shown(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
+def missing_line(key: str, sender: int, number: int, receiver: str) -> str:
+    """The one line of a message `number` of `sender` at queue `key` that `receiver` never read."""
+    who = "the controller" if sender == CONTROLLER else f"rank {sender}"
+    return (
+        f"message {number} of {who} in {key} never reached {receiver}: it was put there and taken by another process "
+        f"that reaches the controller's store (the store has no access control); let only the nodes reach the "
+        f"--controller port"
+    )
 
 
-def integer(low: int, high: float = math.inf) -> Schema:
-    return Schema(lambda v: type(v) is int and low <= v <= high, f"a whole number from {low} to {high}")
+def integer(low: int, high: float = math.inf) -> dict[str, Any]:
+    bounds = {"minimum": low} | ({"maximum": high} if math.isfinite(high) else {})
+    return {"type": "integer", **bounds}
 
 
-def real(low: float = 0.0) -> Schema:
-    ok = lambda v: type(v) in (int, float) and math.isfinite(v) and v >= low  # noqa: E731
-    return Schema(ok, f"a finite number >= {low:g}")
+def real(low: float = 0.0) -> dict[str, Any]:
+    return {"type": "number", "minimum": low}
 
 
-def text(limit: int = MAX_TEXT) -> Schema:
-    return Schema(lambda v: type(v) is str and len(v) <= limit, f"a string of at most {limit} characters")
+def text(limit: int = MAX_TEXT) -> dict[str, Any]:
+    return {"type": "string", "maxLength": limit}
 
 
-def one_of(names: Collection[str]) -> Schema:
-    return Schema(lambda v: type(v) is str and v in names, f"one of {', '.join(sorted(names))}")
+def one_of(names: Collection[str]) -> dict[str, Any]:
+    return {"enum": sorted(names)}
 
 
-def maybe(schema: Schema) -> Schema:
-    return Schema(lambda v: v is None or _passes(schema, v), f"null or {schema.expected}")
+def maybe(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema`, or null (its other keywords apply to values of its type only)."""
+    return {**schema, "type": [schema["type"], "null"]}
 
 
-def _passes(schema: Schema, value: Any) -> bool:
-    try:
-        schema.check(value, "")
-    except ValueError:
-        return False
-    return True
-
-
-class ListOf(Schema):
+def list_of(item: dict[str, Any], limit: int, exact: bool = False) -> dict[str, Any]:
     """A list of at most `limit` items of one schema (exactly `limit` where `exact`)."""
-
-    def __init__(self, item: Schema, limit: int, exact: bool = False) -> None:
-        super().__init__(lambda v: True, f"a list of {'exactly' if exact else 'at most'} {limit} items")
-        self.item, self.limit, self.exact = item, limit, exact
-
-    def check(self, value: Any, where: str) -> None:
-        if type(value) is not list or len(value) > self.limit or (self.exact and len(value) != self.limit):
-            raise ValueError(f"{where} is {_shown(value)}, not {self.expected}")
-        for index, item in enumerate(value):
-            self.item.check(item, f"{where}[{index}]")
+    return {"type": "array", "items": item, "maxItems": limit, **({"minItems": limit} if exact else {})}
 
 
-class Record(Schema):
+def record(fields: Mapping[str, dict[str, Any]], optional: Collection[str] = ()) -> dict[str, Any]:
     """An object with exactly the keys of `fields` (those in `optional` may be left out)."""
-
-    def __init__(self, fields: Mapping[str, Schema], optional: Collection[str] = ()) -> None:
-        super().__init__(lambda v: True, f"an object with the keys {', '.join(fields)}")
-        self.fields, self.optional = dict(fields), set(optional)
-
-    def check(self, value: Any, where: str) -> None:
-        if type(value) is not dict:
-            raise ValueError(f"{where} is {_shown(value)}, not an object")
-        unknown = sorted(set(value) - set(self.fields))
-        missing = sorted(set(self.fields) - set(value) - self.optional)
-        if unknown or missing:
-            raise ValueError(f"{where} has {'the unknown key' if unknown else 'no key'} {(unknown or missing)[0]!r}")
-        for key, item in value.items():
-            self.fields[key].check(item, f"{where}.{key}")
+    required = [key for key in fields if key not in optional]
+    return {"type": "object", "properties": dict(fields), "required": required, "additionalProperties": False}
 
 
-class Either(Schema):
-    """A value of the first schema whose `tag` key it holds."""
-
-    def __init__(self, tag: str, first: Record, second: Record) -> None:
-        super().__init__(lambda v: True, f"{first.expected}, or {second.expected}")
-        self.tag, self.first, self.second = tag, first, second
-
-    def check(self, value: Any, where: str) -> None:
-        chosen = self.first if type(value) is dict and self.tag in value else self.second
-        chosen.check(value, where)
+def map_of(key: dict[str, Any], item: dict[str, Any], limit: int) -> dict[str, Any]:
+    """An object of at most `limit` keys of one schema, each holding a value of one schema."""
+    return {"type": "object", "propertyNames": key, "additionalProperties": item, "maxProperties": limit}
 
 
-RUN_ID = Schema(lambda v: type(v) is str and 0 < len(v) <= 64 and v.isalnum(), "a run id of letters and digits")
-_MARK = Record({"wall": real(), "cpu": ListOf(integer(0), 2, exact=True), "io_ms": maybe(integer(0))})
-_WAITS = Record(
+def either(tag: str, first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """A value of `first` where it holds the key `tag`, else of `second`."""
+    return {"if": {"type": "object", "required": [tag]}, "then": first, "else": second}
+
+
+RUN_ID = {"type": "string", "pattern": "^[A-Za-z0-9]{1,64}$", "expected": "a run id of letters and digits"}
+_MARK = record({"wall": real(), "cpu": list_of(integer(0), 2, exact=True), "io_ms": maybe(integer(0))})
+_WAITS = record(
     {"elapsed_s": real(), "run_s": real(), "wait_s": real(), "io_blocked_s": maybe(real()), "threads": integer(0)}
 )
-_SAMPLER = Record({"cpus": ListOf(integer(0), 1 << 16), "stat": maybe(text(4096)), "device": maybe(text(256))})
-_TENSOR = Record({"name": text(4096), "numel": integer(0), "dtype": one_of(DTYPE_BYTES)})
-_FILE = Record({"path": text(4096), "tensors": ListOf(_TENSOR, 1 << 20)})
-_OPTIONS = Record({"engine": text(64), "bytes_per_rank": integer(0)}, optional=("engine", "bytes_per_rank"))
+_SAMPLER = record({"cpus": list_of(integer(0), 1 << 16), "stat": maybe(text(4096)), "device": maybe(text(256))})
+_TENSOR = record({"name": text(4096), "numel": integer(0), "dtype": one_of(DTYPE_BYTES)})
+_FILE = record({"path": text(4096), "tensors": list_of(_TENSOR, 1 << 20)})
+_OPTIONS = record({"engine": text(64), "bytes_per_rank": integer(0)}, optional=("engine", "bytes_per_rank"))
 _PHASE_NAMES = (*OPERATIONS, "mkdir", "fsync", "commit")  # the stages a rank times (RankIO.begin)
-_PHASES = Record({name: real() for name in _PHASE_NAMES}, optional=_PHASE_NAMES)
-_DONE = Record(
+_PHASES = record({name: real() for name in _PHASE_NAMES}, optional=_PHASE_NAMES)
+_DONE = record(
     {
         "start": real(),
         "end": real(),
         "bytes": integer(0),
         "payload_cpu_s": real(),
         "cpu_s": real(),
-        "marks": ListOf(_MARK, 2, exact=True),
+        "marks": list_of(_MARK, 2, exact=True),
         "torch_load_sampled": integer(0, 1),
         "torch_load_sampled_s": real(),
         "waits": _WAITS,
@@ -154,7 +132,7 @@ _DONE = Record(
     },
     optional=("torch_load_sampled", "torch_load_sampled_s", "waits", "phases"),
 )
-_FAILED = Record(
+_FAILED = record(
     {
         "error": text(),
         "fault": one_of(TARGET_FAULTS + RUN_FAULTS),
@@ -165,11 +143,11 @@ _FAILED = Record(
 )
 
 
-def body_schemas(ranks: int) -> dict[str, Record]:
+def body_schemas(ranks: int) -> dict[str, dict[str, Any]]:
     """Each kind's body, for a run of `ranks` ranks."""
     rank = integer(0, ranks - 1)
     return {
-        "run": Record(
+        "run": record(
             {
                 "ranks": integer(1, MAX_RANKS),  # a worker checks it against its torchrun's, saying how to fix it
                 "nodes": integer(1, MAX_RANKS),
@@ -179,19 +157,19 @@ def body_schemas(ranks: int) -> dict[str, Record]:
                 "chunk_bytes": integer(1),
             }
         ),
-        "task": Record(
+        "task": record(
             {
                 "number": integer(0),
                 "op": one_of(OPERATIONS),
                 "as_rank": rank,
                 "checkpoint": integer(0),
                 "directory": text(4096),
-                "plan": maybe(Record({"rank": integer(0), "files": ListOf(_FILE, 1 << 20)})),
+                "plan": maybe(record({"rank": integer(0), "files": list_of(_FILE, 1 << 20)})),
                 "options": _OPTIONS,
             }
         ),
-        "stop": Record({"reason": text(), "planned": Schema(lambda v: type(v) is bool, "true or false")}),
-        "ready": Record(
+        "stop": record({"reason": text(), "planned": {"type": "boolean"}}),
+        "ready": record(
             {
                 "node": integer(0, ranks - 1),
                 "local_rank": integer(0, ranks - 1),
@@ -201,13 +179,18 @@ def body_schemas(ranks: int) -> dict[str, Record]:
                 "sampler": _SAMPLER,
             }
         ),
-        "unable": Record({"error": text()}),
-        "reply": Record({"task": integer(0), "reply": Either("error", _FAILED, _DONE)}),
-        "lost": Record({"line": text()}),
-        "refused": Record({"line": text()}),
-        "gone": Record({}),
-        "beat": Record({}),
+        "unable": record({"error": text()}),
+        "reply": record({"task": integer(0), "reply": either("error", _FAILED, _DONE)}),
+        "lost": record({"line": text()}),
+        "refused": record({"line": text()}),
+        "missing": record({"line": text()}),
+        "gone": record({}),
+        "beat": record({"sent": map_of(text(64), integer(0), ranks + 1)}),
     }
+
+
+def _checkers(ranks: int) -> dict[str, Validator]:
+    return {kind: checker(schema) for kind, schema in body_schemas(ranks).items()}
 
 
 @dataclass(frozen=True)
@@ -223,27 +206,47 @@ class Message:
 class Wire:
     """Seals and opens the messages of one run (`run_id`, `secret`) for one party (`me`) of a run of `ranks` ranks.
 
-    Sealing numbers this party's messages 1, 2, ...; opening accepts from each sender at each key only a number above
-    the last it accepted there (`same_ok`: or equal to it, for a value read again that was not replaced)."""
+    Sealing numbers this party's messages at each key 1, 2, ...; opening accepts from each sender at each key only a
+    number above the last it accepted there (`same_ok`: or equal to it, for a value read again that was not replaced),
+    and at a queue only the next number (`queue`: a gap raises Missing)."""
 
     def __init__(self, secret: bytes, run_id: str, me: int, ranks: int) -> None:
         self._secret, self.run_id, self.me, self.ranks = secret, run_id, me, ranks
-        self._schemas = body_schemas(ranks)
-        self._sent = 0
+        self._schemas = _checkers(ranks)
+        self._sent: dict[str, int] = {}
         self._seen: dict[tuple[int, str], int] = {}
         self.lock = threading.Lock()  # held by a sender across sealing and putting, so numbers reach the store in order
 
     def seal(self, key: str, kind: str, body: Mapping[str, Any]) -> bytes:
         """The signed value of a `kind` message with `body`, to be put at `key`."""
-        self._schemas[kind].check(body, kind)  # a bug of our own is caught where it is made
-        self._sent += 1
-        envelope = {"kind": kind, "run": self.run_id, "from": self.me, "seq": self._sent, "body": body}
+        wrong = problem(self._schemas[kind], body, kind)
+        if wrong:  # a bug of our own, caught where it is made
+            raise ValueError(wrong)
+        self._sent[key] = self._sent.get(key, 0) + 1
+        envelope = {"kind": kind, "run": self.run_id, "from": self.me, "seq": self._sent[key], "body": body}
         payload = json.dumps(envelope, separators=(",", ":"), allow_nan=False).encode()
         return self._mac(key, payload).encode() + b"\n" + payload
 
-    def open(self, key: str, value: bytes, kinds: Collection[str], senders: Collection[int], same_ok: bool = False):
+    def sent(self, key: str) -> int:
+        """The number of the last message this party sealed for `key` (0: none)."""
+        return self._sent.get(key, 0)
+
+    def received(self, sender: int, key: str) -> int:
+        """The number of the last message from `sender` at `key` this party opened (0: none)."""
+        return self._seen.get((sender, key), 0)
+
+    def open(
+        self,
+        key: str,
+        value: bytes,
+        kinds: Collection[str],
+        senders: Collection[int],
+        same_ok: bool = False,
+        queue: bool = False,
+    ) -> Message:
         """The message in `value` read at `key`, which must be of one of `kinds` from one of `senders`; raises Refused
-        saying who sent it (or "an unknown sender", where the signature does not verify) and what is wrong."""
+        saying who sent it (or "an unknown sender", where the signature does not verify) and what is wrong, and at a
+        `queue` Missing where a number was skipped."""
         where = f"a message in {key}"
         if len(value) > MAX_MESSAGE_BYTES:
             raise Refused(f"{where} from an unknown sender: it is {len(value):,} bytes, over {MAX_MESSAGE_BYTES:,}")
@@ -252,18 +255,21 @@ class Wire:
             raise Refused(f"{where} from an unknown sender: it has no valid signature of this run")
         try:
             envelope = json.loads(payload, parse_constant=_no_constant, object_pairs_hook=_unique)
-            _ENVELOPE.check(envelope, "message")
         except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             raise Refused(f"{where}: it is malformed: {error}") from None
+        wrong = problem(_ENVELOPE, envelope, "message")
+        if wrong:
+            raise Refused(f"{where}: it is malformed: {wrong}")
         sender, seq, kind = envelope["from"], envelope["seq"], envelope["kind"]
         who = "the controller" if sender == CONTROLLER else f"rank {sender}"
-        problem = self._problem(envelope, kinds, senders, (sender, key), same_ok)
-        if problem:
-            raise Refused(f"{where} from {who}: it {problem}")
-        try:
-            self._schemas[kind].check(envelope["body"], kind)
-        except ValueError as error:
-            raise Refused(f"{where} from {who}: it is malformed: {error}") from None
+        wrong = self._problem(envelope, kinds, senders, (sender, key), same_ok)
+        if wrong:
+            raise Refused(f"{where} from {who}: it {wrong}")
+        wrong = problem(self._schemas[kind], envelope["body"], kind)
+        if wrong:
+            raise Refused(f"{where} from {who}: it is malformed: {wrong}")
+        if queue and seq > self.received(sender, key) + 1:
+            raise Missing(missing_line(key, sender, self.received(sender, key) + 1, self._name()))
         self._seen[sender, key] = seq
         return Message(kind, sender, seq, envelope["body"])
 
@@ -282,6 +288,9 @@ class Wire:
             return f"is a replay (number {envelope['seq']}, after {last})"
         return None
 
+    def _name(self) -> str:
+        return "the controller" if self.me == CONTROLLER else f"rank {self.me}"
+
     def _mac(self, key: str, payload: bytes) -> str:
         return hmac.new(self._secret, key.encode() + b"\0" + payload, hashlib.sha256).hexdigest()
 
@@ -291,14 +300,10 @@ class Wire:
         return seed ^ int.from_bytes(derived[:8], "big")
 
 
-_ENVELOPE = Record(
-    {
-        "kind": text(32),
-        "run": RUN_ID,
-        "from": integer(CONTROLLER),
-        "seq": integer(1),
-        "body": Schema(lambda v: type(v) is dict, "an object"),
-    }
+_ENVELOPE = checker(
+    record(
+        {"kind": text(32), "run": RUN_ID, "from": integer(CONTROLLER), "seq": integer(1), "body": {"type": "object"}}
+    )
 )
 
 
