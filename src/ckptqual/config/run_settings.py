@@ -23,7 +23,7 @@ from ckptqual.host.guard import LOCK_FILE, RUN_MARKER, TARGET_MARKER
 from ckptqual.host.manifest import FILE_LIST, TEMP_INFIX
 from ckptqual.host.target import check_target
 from ckptqual.io.readers.base import ALIGN_BYTES
-from ckptqual.limits.limits import MIN_JUDGED_BYTES
+from ckptqual.limits.limits import MIN_JUDGED_BYTES, at_scale
 from ckptqual.limits.steady import WINDOW as STEADY_WINDOW
 from ckptqual.limits.units import format_size
 from ckptqual.plan.footprint import checkpoints_for_fraction
@@ -156,7 +156,7 @@ def resolve_settings(options: Mapping[str, Any]) -> RunSettings:
     sweep = _sweep(values, sources)
     return RunSettings(
         **{row.field_name: values[row.name] for row in table},
-        thresholds=drive_file,
+        thresholds=replace(drive_file, limits=at_scale(drive_file.limits, values["scale"])),
         workload=workload,
         plan=plan,
         layout_plan=layout_plan,
