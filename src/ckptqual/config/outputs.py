@@ -11,15 +11,17 @@ import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from ckptqual.config.drive_file import DriveFile
 from ckptqual.config.values import SettingsError
 from ckptqual.faults import os_error_line
 from ckptqual.host.aliases import ancestor_keys, key
 from ckptqual.output_file import entry_problem
 from ckptqual.plan.workloads import WORKLOAD_DIR
 from ckptqual.resources import resolve
+
+if TYPE_CHECKING:  # the checks of a path need none of the drive file's modules
+    from ckptqual.config.drive_file import DriveFile
 
 REPORT_PAGE = "report.html"  # the files a report directory receives: the page and its figures
 FIGURE_SUFFIX = ".png"
