@@ -139,7 +139,7 @@ class FileImage:
             in_flight.result()
 
     def _pwrite(self, data: np.ndarray, offset: int) -> None:
-        view = memoryview(data)
+        view = data.data
         while view.nbytes:
             written = os.pwrite(self.fd, view, offset)
             view, offset = view[written:], offset + written
