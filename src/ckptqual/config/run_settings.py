@@ -17,7 +17,7 @@ from typing import Any
 from ckptqual.config.drive_file import DriveFile, load_drive_file
 from ckptqual.config.drives import DriveTarget, per_drive_path
 from ckptqual.config.outputs import check_report_dir, check_results, check_secret
-from ckptqual.config.table import COMMAND_LINE, DEFAULT, SETTINGS, Setting, SettingValues, overlay, setting
+from ckptqual.config.table import COMMAND_LINE, DEFAULT, SETTINGS, SettingValues, overlay, setting
 from ckptqual.config.values import SettingsError
 from ckptqual.host.guard import LOCK_FILE, RUN_MARKER, TARGET_MARKER
 from ckptqual.host.manifest import FILE_LIST, TEMP_INFIX
@@ -135,9 +135,8 @@ class RunSettings(SettingValues):
 
 def resolve_settings(options: Mapping[str, Any]) -> RunSettings:
     """`options` (command-line values by setting name) over the drive file over the defaults, fully checked."""
-    table = SETTINGS
-    drive_file = _drive_file(options, table)
-    values, sources = overlay(options, drive_file.values, str(drive_file.path), table)
+    drive_file = _drive_file(options)
+    values, sources = overlay(options, drive_file.values, str(drive_file.path), SETTINGS)
     workload = _workload(values["workload"])
     if sources["format"] == DEFAULT and workload.format is not None:
         values["format"], sources["format"] = workload.format, f"workload {workload.name}"
@@ -155,7 +154,7 @@ def resolve_settings(options: Mapping[str, Any]) -> RunSettings:
     layout_plan = _layout_plan(values["layout_plan"], len(plan.ranks), space_path(values["target"]))
     sweep = _sweep(values, sources)
     return RunSettings(
-        **{row.field_name: values[row.name] for row in table},
+        **{row.field_name: values[row.name] for row in SETTINGS},
         thresholds=replace(drive_file, limits=at_scale(drive_file.limits, values["scale"])),
         workload=workload,
         plan=plan,
@@ -190,11 +189,11 @@ def space_path(target: Path | None) -> Path:
     return target if target is not None else Path(tempfile.gettempdir())
 
 
-def _drive_file(options: Mapping[str, Any], table: tuple[Setting, ...]) -> DriveFile:
-    drive = setting("drive", table)
+def _drive_file(options: Mapping[str, Any]) -> DriveFile:
+    drive = setting("drive")
     name = drive.from_command_line(options["drive"]) if options.get("drive") is not None else drive.default_value()
     try:
-        return load_drive_file(name, table)
+        return load_drive_file(name)
     except SettingsError as error:
         raise SettingsError(f"--drive: {error}") from error
 
