@@ -13,7 +13,7 @@ from ckptqual.config.run_settings import resolve_settings
 from ckptqual.config.space import HostTooSlow, check_ceiling
 from ckptqual.host.cpu import cgroup_quota_cores, usable_cores
 from ckptqual.limits.ceiling import NOISE_MARGIN, PHASES, Ceiling, best_rate, ceilings, drive_share, limits_above
-from ckptqual.limits.limits import Limit
+from ckptqual.limits.limits import Limit, at_scale
 from ckptqual.report.schema import shape_problem
 from ckptqual.report.summary import summary_lines
 from ckptqual.runs.calibration import MEMORY, CalibrationError, calibrate
@@ -130,7 +130,7 @@ def test_a_limit_within_the_noise_margin_of_the_ceiling_runs_and_one_beyond_it_i
     assert limits_above([limit("fill_mean_checkpoint_throughput", "GB/s", min=near)], phases) == []
     assert len(limits_above([limit("fill_mean_checkpoint_throughput", "GB/s", min=beyond)], phases)) == 1
     at_full = limit("fill_throughput", "GB/s", min=beyond * 1000, at_full_scale=True)
-    assert limits_above([at_full], phases, scale=0.001) and not limits_above([at_full], phases, scale=0.0009)
+    assert limits_above(at_scale([at_full], 0.001), phases) and not limits_above(at_scale([at_full], 0.0009), phases)
 
 
 CRAWLING = ceilings(1, dict.fromkeys(PHASES, 1e-6))  # a host far slower than any noise makes this one

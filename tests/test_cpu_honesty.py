@@ -65,7 +65,7 @@ def test_a_host_bound_figure_keeps_only_the_verdicts_its_bound_decides(measureme
 
 def test_a_host_bound_failure_makes_the_run_invalid_not_unqualified():
     rule = limit("restore_throughput", "GB/s", min=2.0)
-    judged = judge([rule], "restore_throughput", 1.2, "GB/s", {}, {}, 1.0, host_bound_reason(use(0.99)))
+    judged = judge([rule], "restore_throughput", 1.2, "GB/s", {}, {}, host_bound_reason(use(0.99)))
     findings = Findings()
     findings.add_judgements(judged)
     conclusion = findings.conclusion()
@@ -118,7 +118,7 @@ def test_ranks_kept_waiting_by_busy_cpus_are_caught_and_a_failed_limit_turns_inv
     failing, passing = limit("fill_throughput", "GB/s", min=rate * 2), limit("fill_throughput", "GB/s", min=rate / 2)
     context = {"pass": 1, "state": "fresh"}
     for rule, expected in ((failing, "INVALID"), (passing, "PASS")):
-        [judged] = judge([rule], "fill_throughput", rate, "GB/s", context, {}, 1.0, reason)
+        [judged] = judge([rule], "fill_throughput", rate, "GB/s", context, {}, reason)
         assert judged.outcome == expected
 
 

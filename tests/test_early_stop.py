@@ -42,7 +42,7 @@ def outcomes_under(*limits: Limit):
         return tuple(
             j.outcome
             for name, value, unit in fill_measurements(result)
-            for j in judge(limits, name, value, unit, context, {}, 1.0)
+            for j in judge(limits, name, value, unit, context, {})
         )
 
     return outcomes

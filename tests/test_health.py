@@ -461,7 +461,7 @@ def seagate_pair(**changes: int) -> tuple[dict, dict]:
 
 def check(limits=(), suite_bytes: int = 10**9, **changes: int):
     before, after = seagate_pair(**changes)
-    return check_health(limits, 1.0, before, after, {"total_bytes": suite_bytes})
+    return check_health(limits, before, after, {"total_bytes": suite_bytes})
 
 
 def test_a_healthy_run_passes_and_compares_bytes_written_two_ways():
@@ -489,7 +489,7 @@ def test_a_critical_warning_new_media_errors_and_heat_fail_the_run():
 def test_a_warning_set_before_the_run_is_marginal_not_a_failure():
     before, after = seagate_pair()
     before["devices"][0]["counters"]["critical_warning"] = after["devices"][0]["counters"]["critical_warning"] = 1
-    checked = check_health((), 1.0, before, after, {"total_bytes": 1})
+    checked = check_health((), before, after, {"total_bytes": 1})
     assert checked.record["outcome"] == "MARGINAL"
     assert "set before the run already: available spare below threshold" in checked.record["message"]
 
@@ -515,7 +515,7 @@ def test_every_health_measurement_is_one_a_drive_file_may_limit():
     assert set(MEASURED) <= set(MEASUREMENTS)
     before, after = seagate_pair(data_units_written=2000, physical_media_written_bytes=10**9)
     before["devices"][0]["counters"]["physical_media_written_bytes"] = 0
-    written = check_health((), 1.0, before, after, {"total_bytes": 10**9}).record["written"]
+    written = check_health((), before, after, {"total_bytes": 10**9}).record["written"]
     pairs = list(zip(before["devices"], after["devices"], strict=True))
     measured = health_measurements(pairs, written)
     assert {name for name, *_ in measured} == set(MEASURED)
@@ -529,7 +529,7 @@ def test_nand_writes_give_the_write_amplification():
     before["devices"][0]["counters"]["physical_media_written_bytes"] = 5 * 10**12
     after["devices"][0]["counters"]["physical_media_written_bytes"] = 5 * 10**12 + 2_048_000_000
     limit = Limit("drive_write_amplification", "ratio", "test", max=1.5)
-    checked = check_health([limit], 1.0, before, after, {"total_bytes": 10**9})
+    checked = check_health([limit], before, after, {"total_bytes": 10**9})
     assert checked.record["written"]["devices"][0]["write_amplification"] == pytest.approx(2.0)
     assert [(j.measurement, j.outcome) for j in checked.judgements] == [
         ("drive_temperature", "MEASURED"),  # measured, reported, not limited
@@ -545,7 +545,7 @@ def test_a_drive_that_gives_nothing_is_skipped_with_every_reason():
         {"devices": [read_device(vda, sys_root=TREES / "virtio" / "sys", dev_root=Path("/dev"), tools=tools).to_dict()]}
         for _ in "ab"
     ]
-    checked = check_health((), 1.0, *taken, {"total_bytes": 10**9})
+    checked = check_health((), *taken, {"total_bytes": 10**9})
     assert checked.record["outcome"] == "SKIPPED"
     assert checked.record["message"] == (
         "drive health SKIPPED: unavailable: vda: vda is a virtio disk: the hypervisor gives the guest no SMART or "
@@ -582,7 +582,7 @@ def test_the_suite_counts_what_its_writers_wrote_from_the_events():
 
 def test_the_summary_prints_the_check_and_the_bytes_two_ways():
     before, after = seagate_pair(data_units_written=2000, block_layer_written_bytes=1_100_000_000)
-    checked = check_health((), 1.0, before, after, {"total_bytes": 10**9})
+    checked = check_health((), before, after, {"total_bytes": 10**9})
     lines = summary_lines({"health": {"before": before, "after": after, **checked.record}})
     assert "drive health PASS; after the run: nvme0n1 37 C (warning 80 C)" in lines
     assert (

@@ -207,7 +207,7 @@ def verdicts(
     for kind, rate, host in found:
         above = (write_bps if kind == "fill" else read_bps) * 1.5 / 1e9
         rule = Limit(f"{kind}_throughput", "GB/s", "test: above the throttle", min=above, number=1)
-        [judgement] = judge([rule], rule.measurement, rate / 1e3, "GB/s", {}, {}, 1.0, host_bound_reason(host))
+        [judgement] = judge([rule], rule.measurement, rate / 1e3, "GB/s", {}, {}, host_bound_reason(host))
         judged.append((kind, rate, host, judgement.verdict.outcome))
     return judged
 

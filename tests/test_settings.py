@@ -5,15 +5,19 @@ import argparse
 import re
 import subprocess
 import sys
+from dataclasses import dataclass, fields
 from pathlib import Path
+from types import UnionType
+from typing import Union, get_args, get_origin, get_type_hints
 
 import pytest
 
 import ckptqual
 from ckptqual.config.drive_file import load_drive_file
-from ckptqual.config.run_settings import Options, SettingsError, resolve_settings
+from ckptqual.config.run_settings import Options, RunSettings, SettingsError, resolve_settings
 from ckptqual.config.space import check_space, space_needed
-from ckptqual.config.table import SETTINGS, Setting, add_options
+from ckptqual.config.table import SETTINGS, SettingValues, add_options, overlay, setting, table_of
+from ckptqual.config.table import row as setting_row
 from ckptqual.config.values import whole
 from ckptqual.host import gpu
 
@@ -170,11 +174,17 @@ def test_a_layout_plan_with_a_file_name_too_long_for_the_filesystem_is_refused(t
 
 # One row drives every place an option appears
 
-FROBS = Setting("frobs", "--frobs", "run", whole(1), "2", "frobs per pass")
-WITH_FROBS = (*SETTINGS, FROBS)
+
+@dataclass(frozen=True, kw_only=True)
+class WithFrobs(SettingValues):
+    frobs: int = setting_row("--frobs", "run", whole(1), "2", "frobs per pass")
+
+
+WITH_FROBS = table_of(WithFrobs)
 
 
 def test_one_row_adds_the_flag_its_help_the_drive_file_key_and_the_overlay(tmp_path):
+    assert WITH_FROBS[:-1] == SETTINGS and WITH_FROBS[-1].name == "frobs"
     parser = argparse.ArgumentParser()
     add_options(parser.add_argument, WITH_FROBS)
     assert parser.parse_args(["--frobs", "5"]).frobs == "5" and parser.parse_args([]).frobs is None
@@ -184,18 +194,66 @@ def test_one_row_adds_the_flag_its_help_the_drive_file_key_and_the_overlay(tmp_p
     assert load_drive_file(str(drive), WITH_FROBS).values == {"frobs": 7}
     with pytest.raises(SettingsError, match=r"run.frobs: unknown key; allowed: .*; remove it from \[run\]$"):
         load_drive_file(str(drive))  # the shipped table has no such row
-    picked = [resolve_settings(options, WITH_FROBS) for options in ({"frobs": "5"}, {"drive": str(drive)}, {})]
-    assert [(run.frobs, run.sources["frobs"]) for run in picked] == [
+    picked = [
+        overlay(options, load_drive_file(name, WITH_FROBS).values, "the drive file", WITH_FROBS)
+        for options, name in (({"frobs": "5"}, str(drive)), ({}, str(drive)), ({}, "local"))
+    ]
+    assert [(values["frobs"], sources["frobs"]) for values, sources in picked] == [
         (5, "command line"),
-        (7, str(drive)),
+        (7, "the drive file"),
         (2, "default"),
     ]
-    assert picked[1].to_dict()["frobs"] == 7
     drive.write_text('[drive]\nname = "frobbing"\n[run]\nfrobs = 0\n')
     with pytest.raises(SettingsError, match=r"frobbing.toml: run.frobs = 0: must be a whole number >= 1"):
         load_drive_file(str(drive), WITH_FROBS)
     with pytest.raises(SettingsError, match=r"^--frobs 'many': must be a whole number >= 1$"):
-        resolve_settings({"frobs": "many"}, WITH_FROBS)
+        overlay({"frobs": "many"}, {}, "the drive file", WITH_FROBS)
+
+
+def conforms(value: object, hint: object) -> bool:
+    """Whether `value` is of the type `hint` (a class, X | None, or tuple[X, ...]), checked to the items."""
+    if get_origin(hint) in (Union, UnionType):
+        return any(conforms(value, option) for option in get_args(hint))
+    if get_origin(hint) is tuple:
+        return isinstance(value, tuple) and all(conforms(item, get_args(hint)[0]) for item in value)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, float)
+    return isinstance(value, hint) and not (hint is int and isinstance(value, bool))
+
+
+TYPES = get_type_hints(SettingValues)
+
+
+def test_each_setting_is_a_typed_attribute_whose_type_its_row_gives(tmp_path):
+    """The table and the typed attributes agree: a field per row, in order; each row's default and each resolved
+    value (all defaults, and most settings given on the command line) of the field's declared type."""
+    assert [row.field_name for row in SETTINGS] == [spec.name for spec in fields(SettingValues)] == list(TYPES)
+    assert not hasattr(RunSettings, "__getattr__")
+    for row in SETTINGS:
+        if row.default is not None:
+            assert conforms(row.default_value(), TYPES[row.field_name]), row.name
+        elif row.unset == "none":  # left unset, the value is None: the field must allow it
+            assert conforms(None, TYPES[row.field_name]), row.name
+    target, results = tmp_path / "target", tmp_path / "out"
+    target.mkdir()
+    results.mkdir()
+    given = {
+        "target": target, "workload": "llama3.1-405b-dcp", "scale": "0.0001", "restore_layout": "8x1",
+        "fill_fraction": "0.001", "passes": "2", "results": results / "r.json", "report_dir": results / "report",
+        "keep": True, "rank_timeout_s": "60", "memory_budget_bytes": "1G", "seed": "3", "sample_interval_s": "0.5",
+        "checkpoint_interval_s": "0", "async_save": True, "early_stop": True, "layout_examples": "2",
+        "sweep_threads": "4,1", "sweep_file_bytes": "4M", "sweep_transfers": "cpu-only", "secret_file": results / "s",
+    }  # fmt: skip
+    for run in (resolve(scale=0.0001), resolve(**given)):
+        wrong = {row.name: getattr(run, row.field_name) for row in SETTINGS}
+        wrong = {name: value for name, value in wrong.items() if not conforms(value, TYPES[setting(name).field_name])}
+        assert wrong == {}
+        assert run.values == {row.name: getattr(run, row.field_name) for row in SETTINGS}
+        assert set(run.sources) == set(run.values)
+    assert run.sources["fill_fraction"] == "command line" and run.seed == 3 and run.restore_layout == "8x1"
+    assert run.workload_name == "llama3.1-405b-dcp" and run.workload.name == "llama3.1-405b-dcp"
 
 
 def pytest_run(directory: Path, *args: str) -> subprocess.CompletedProcess:

@@ -239,19 +239,19 @@ def test_sweep_bandwidth_in_GiBps_is_judged_right_against_relative_and_absolute_
     local = load_drive_file("local")
     context = {"transfer": "cpu-only", "block_size": "1M", "threads": 16}
     baselines = {"raw_read": 1e9, "raw_write": 1e9}
-    (relative,) = judge(local.limits, "sweep_read_bandwidth", 0.3, "GiB/s", context, baselines, 1.0)
+    (relative,) = judge(local.limits, "sweep_read_bandwidth", 0.3, "GiB/s", context, baselines)
     assert relative.verdict.measured == pytest.approx(0.3 * 2**30 / 1e9)
     assert relative.outcome == "PASS"
-    (low,) = judge(local.limits, "sweep_read_bandwidth", 0.09, "GiB/s", context, baselines, 1.0)
+    (low,) = judge(local.limits, "sweep_read_bandwidth", 0.09, "GiB/s", context, baselines)
     assert low.outcome == "FAIL"  # 0.0966 of raw_read < 0.1
-    (unjudged,) = judge(local.limits, "sweep_read_bandwidth", 0.01, "GiB/s", context | {"block_size": "8K"}, {}, 1.0)
+    (unjudged,) = judge(local.limits, "sweep_read_bandwidth", 0.01, "GiB/s", context | {"block_size": "8K"}, {})
     assert unjudged.outcome == "MEASURED"
     review = load_drive_file("d5-p5336")
     cell = {"transfer": "gpu-direct", "block_size": "1M", "threads": 128}
-    (absolute,) = judge(review.limits, "sweep_read_bandwidth", 3.79, "GiB/s", cell, {}, 1.0)
+    (absolute,) = judge(review.limits, "sweep_read_bandwidth", 3.79, "GiB/s", cell, {})
     assert absolute.verdict.measured == pytest.approx(3.79)
     assert absolute.outcome == "PASS"
-    (below,) = judge(review.limits, "sweep_read_bandwidth", 3.77, "GiB/s", cell, {}, 1.0)
+    (below,) = judge(review.limits, "sweep_read_bandwidth", 3.77, "GiB/s", cell, {})
     assert below.outcome == "FAIL"
 
 

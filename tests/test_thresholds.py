@@ -7,8 +7,9 @@ import pytest
 
 from ckptqual.config.drive_file import available_drives
 from ckptqual.config.drive_file import load_drive_file as load_thresholds
+from ckptqual.config.run_settings import resolve_settings
 from ckptqual.config.values import SettingsError
-from ckptqual.limits.limits import Limit, MissingBaselineError, Outcome
+from ckptqual.limits.limits import Limit, MissingBaselineError, Outcome, at_scale
 from ckptqual.limits.measurements import LIMITED
 from ckptqual.limits.units import format_size, parse_size, to_unit
 
@@ -442,13 +443,19 @@ def test_relative_limit_without_its_baseline_says_which():
 
 
 def test_full_scale_duration_is_scaled_down():
-    limit = max_limit(at_full_scale=True, marginal=0.1)
-    verdict = limit.evaluate(0.06, "s", scale=0.0005)  # limit 100 s x 0.0005 = 0.05 s
+    [limit, fixed] = at_scale([max_limit(at_full_scale=True, marginal=0.1), max_limit()], 0.0005)
+    verdict = limit.evaluate(0.06, "s")  # limit 100 s x 0.0005 = 0.05 s
     assert verdict.limit == pytest.approx(0.05)
     assert verdict.outcome is Outcome.FAIL
     assert "scale 0.0005 x 100 s at full scale" in verdict.message
-    assert limit.evaluate(0.04, "s", scale=0.0005).outcome is Outcome.PASS
-    assert max_limit().evaluate(0.06, "s", scale=0.0005).limit == 100.0
+    assert limit.evaluate(0.04, "s").outcome is Outcome.PASS
+    assert fixed.evaluate(0.06, "s").limit == 100.0
+
+
+def test_the_resolved_settings_bind_their_scale_into_the_drive_files_limits():
+    run = resolve_settings({"scale": 0.0005})
+    assert run.thresholds.limits and {limit.scale for limit in run.thresholds.limits} == {0.0005}
+    assert {limit.scale for limit in load_thresholds("local").limits} == {1.0}
 
 
 def test_non_finite_measurement_is_refused():

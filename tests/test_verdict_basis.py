@@ -109,7 +109,7 @@ def test_a_passing_test_line_carries_value_limit_and_unit_of_every_judged_figure
     limits = [RELATIVE_LIMIT, ABSOLUTE_LIMIT]
     findings = Findings()
     context = {"pass": 1, "state": "fresh"}
-    findings.add_judgements(judge(limits, "fill_throughput", 1.5, "GB/s", context, {"raw_write": 3e9}, 1.0))
+    findings.add_judgements(judge(limits, "fill_throughput", 1.5, "GB/s", context, {"raw_write": 3e9}))
     conclusion = findings.conclusion()
     assert conclusion.figures_line("pass 1") == (
         "pass 1 PASS: fill_throughput 1.5 GB/s = 0.5 of raw_write >= 0.05 of raw_write (pass=1, state=fresh); "
@@ -121,7 +121,7 @@ def test_a_failed_or_marginal_figure_shows_which_side_of_its_limit_it_fell():
     marginal = Limit("fill_throughput", "GB/s", "t", min=0.8, marginal=0.5)
     limits = [marginal, Limit("fill_throughput", "GB/s", "t", min=2)]
     findings = Findings()
-    findings.add_judgements(judge(limits, "fill_throughput", 1.0, "GB/s", {}, {}, 1.0))
+    findings.add_judgements(judge(limits, "fill_throughput", 1.0, "GB/s", {}, {}))
     assert findings.conclusion().figures_line("pass 1") == (
         "pass 1 FAIL: fill_throughput 1 GB/s >= 0.8 GB/s MARGINAL; fill_throughput 1 GB/s < 2 GB/s"
     )

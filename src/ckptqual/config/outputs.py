@@ -11,7 +11,7 @@ import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ckptqual.config.values import SettingsError
 from ckptqual.faults import os_error_line
@@ -20,13 +20,32 @@ from ckptqual.output_file import entry_problem
 from ckptqual.plan.workloads import WORKLOAD_DIR
 from ckptqual.resources import resolve
 
-if TYPE_CHECKING:
-    from ckptqual.config.run_settings import RunSettings
+if TYPE_CHECKING:  # the checks of a path need none of the drive file's modules
+    from ckptqual.config.drive_file import DriveFile
 
 REPORT_PAGE = "report.html"  # the files a report directory receives: the page and its figures
 FIGURE_SUFFIX = ".png"
 _FILE_FIX = "give a new path or a regular file of yours"
 JUNIT_FIX = "write it elsewhere, e.g. --junitxml ./qual.xml"  # pytest makes the directories --junitxml names
+
+
+class RunFiles(Protocol):
+    """What the checks of a run's outputs read of its settings (config.run_settings.RunSettings holds it)."""
+
+    @property
+    def target(self) -> Path | None: ...
+    @property
+    def results(self) -> Path | None: ...
+    @property
+    def report_dir(self) -> Path | None: ...
+    @property
+    def secret_file(self) -> Path | None: ...
+    @property
+    def thresholds(self) -> DriveFile: ...
+    @property
+    def workload_name(self) -> str: ...
+    @property
+    def layout_plan_file(self) -> Path | None: ...
 
 
 def check_results(path: Path, target: Path | None) -> None:
@@ -91,7 +110,7 @@ def check_directory(option: str, directory: Path, targets: Sequence[Path], fix: 
 
 def check_apart(
     junitxml: str | os.PathLike[str] | None,
-    runs: Sequence[RunSettings],
+    runs: Sequence[RunFiles],
     storage: Path | None = None,
     saving: bool = False,
 ) -> None:
@@ -139,18 +158,18 @@ def check_report_inputs(directory: Path, inputs: Sequence[tuple[str, Path]], opt
                 )
 
 
-def _inputs(runs: Sequence[RunSettings]) -> Iterator[tuple[str, Path]]:
+def _inputs(runs: Sequence[RunFiles]) -> Iterator[tuple[str, Path]]:
     """The files the run reads: each drive file, workload file and layout plan."""
     for run in runs:
         yield "the drive file", run.thresholds.path
         try:  # a shipped workload's name, or a path; the settings resolved it already
-            workload = resolve(run.values["workload"], WORKLOAD_DIR, "workload")
+            workload = resolve(run.workload_name, WORKLOAD_DIR, "workload")
         except (LookupError, OSError):
             workload = None
         if workload is not None:
             yield "--workload", workload
-        if run.values["layout_plan"] is not None:
-            yield "--layout-plan", run.values["layout_plan"]
+        if run.layout_plan_file is not None:
+            yield "--layout-plan", run.layout_plan_file
 
 
 def _report_entries(directory: Path) -> list[Path]:

@@ -9,7 +9,7 @@ import os
 import resource
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -17,13 +17,13 @@ from typing import Any
 from ckptqual.config.drive_file import DriveFile, load_drive_file
 from ckptqual.config.drives import DriveTarget, per_drive_path
 from ckptqual.config.outputs import check_report_dir, check_results, check_secret
-from ckptqual.config.table import COMMAND_LINE, DEFAULT, SETTINGS, Setting, overlay, setting
+from ckptqual.config.table import COMMAND_LINE, DEFAULT, SETTINGS, SettingValues, overlay, setting
 from ckptqual.config.values import SettingsError
 from ckptqual.host.guard import LOCK_FILE, RUN_MARKER, TARGET_MARKER
 from ckptqual.host.manifest import FILE_LIST, TEMP_INFIX
 from ckptqual.host.target import check_target
 from ckptqual.io.readers.base import ALIGN_BYTES
-from ckptqual.limits.limits import MIN_JUDGED_BYTES
+from ckptqual.limits.limits import MIN_JUDGED_BYTES, at_scale
 from ckptqual.limits.steady import WINDOW as STEADY_WINDOW
 from ckptqual.limits.units import format_size
 from ckptqual.plan.footprint import checkpoints_for_fraction
@@ -86,26 +86,24 @@ class SweepConfig:
         }
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    """The resolved run: every row's value (as an attribute) and origin, the drive file, the workload's plan at
-    scale, the layout to replay, and the sweep."""
+@dataclass(frozen=True, kw_only=True)
+class RunSettings(SettingValues):
+    """The resolved run: every row's value (an attribute of SettingValues) and origin, the drive file, the workload
+    and its plan at scale, the layout to replay, and the sweep."""
 
     thresholds: DriveFile
     workload: Workload
     plan: CheckpointPlan
     layout_plan: CheckpointPlan | None
     sweep: SweepConfig
-    values: Mapping[str, Any]
     sources: Mapping[str, str]  # setting -> "command line", the drive file's path, or "default"
     label: str | None = None  # the drive's label in a run over several drives (config.drives)
     drives_at_once: int = 1  # drives qualified at the same time on this host, sharing its cores
 
-    def __getattr__(self, name: str) -> Any:
-        values = self.__dict__.get("values", {})
-        if name not in values:
-            raise AttributeError(f"{type(self).__name__} has no setting {name!r}")
-        return values[name]
+    @property
+    def values(self) -> dict[str, Any]:
+        """Each setting's value by its name."""
+        return {row.name: getattr(self, row.field_name) for row in SETTINGS}
 
     @property
     def baseline_bytes(self) -> int:
@@ -115,11 +113,11 @@ class RunSettings:
     @property
     def checkpoint_engine(self) -> str:
         """The engine that writes and reads the checkpoints: the format's own, or --engine for torch-save files."""
-        return checkpoint_engine(self.values["format"], self.values["engine"])
+        return checkpoint_engine(self.format, self.engine)
 
     @property
     def space_path(self) -> Path:
-        return space_path(self.values)
+        return space_path(self.target)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -135,11 +133,10 @@ class RunSettings:
         }
 
 
-def resolve_settings(options: Mapping[str, Any], table: Iterable[Setting] = SETTINGS) -> RunSettings:
+def resolve_settings(options: Mapping[str, Any]) -> RunSettings:
     """`options` (command-line values by setting name) over the drive file over the defaults, fully checked."""
-    table = tuple(table)
-    drive_file = _drive_file(options, table)
-    values, sources = overlay(options, drive_file.values, str(drive_file.path), table)
+    drive_file = _drive_file(options)
+    values, sources = overlay(options, drive_file.values, str(drive_file.path), SETTINGS)
     workload = _workload(values["workload"])
     if sources["format"] == DEFAULT and workload.format is not None:
         values["format"], sources["format"] = workload.format, f"workload {workload.name}"
@@ -154,13 +151,26 @@ def resolve_settings(options: Mapping[str, Any], table: Iterable[Setting] = SETT
     if checkpoint_engine(values["format"], values["engine"]) == "torch-save":
         _check_memory(plan, values["memory_budget_bytes"])
     values["layout_max_total_bytes"] = _layout_bytes(values, sources, drive_file)
-    layout_plan = _layout_plan(values["layout_plan"], len(plan.ranks), space_path(values))
-    return RunSettings(drive_file, workload, plan, layout_plan, _sweep(values, sources), values, sources)
+    layout_plan = _layout_plan(values["layout_plan"], len(plan.ranks), space_path(values["target"]))
+    sweep = _sweep(values, sources)
+    return RunSettings(
+        **{row.field_name: values[row.name] for row in SETTINGS},
+        thresholds=replace(drive_file, limits=at_scale(drive_file.limits, values["scale"])),
+        workload=workload,
+        plan=plan,
+        layout_plan=layout_plan,
+        sweep=sweep,
+        sources=sources,
+    )
 
 
 def resolve_drive(options: Options, drive: DriveTarget, at_once: int) -> tuple[RunSettings, str | None]:
     """One drive's settings in a run over several: its target, drive file and per-drive output paths over
     `options`; with the problem of its target (refused, as TargetProblem says), or None. A bad option still raises."""
+    if drive.label is None:
+        raise ValueError(
+            f"resolve_drive: the drive at {drive.target} has no label; a run over several drives names each"
+        )
     own = {**options, "target": drive.target, "drive": drive.drive or options.get("drive")}
     if options.get("results") is not None:
         own["results"] = per_drive_path(Path(options["results"]), drive.label)
@@ -170,20 +180,20 @@ def resolve_drive(options: Options, drive: DriveTarget, at_once: int) -> tuple[R
         run, problem = resolve_settings(own), None
     except TargetProblem as refused:  # the options are checked again without the target, which is put back
         run, problem = resolve_settings({**own, "target": None}), str(refused)
-        run = replace(run, values={**run.values, "target": drive.target})
+        run = replace(run, target=drive.target)
     return replace(run, label=drive.label, drives_at_once=at_once), problem
 
 
-def space_path(values: Mapping[str, Any]) -> Path:
+def space_path(target: Path | None) -> Path:
     """Where the run writes: the target, or the system temp dir under which a fresh one is made."""
-    return values["target"] if values["target"] is not None else Path(tempfile.gettempdir())
+    return target if target is not None else Path(tempfile.gettempdir())
 
 
-def _drive_file(options: Mapping[str, Any], table: tuple[Setting, ...]) -> DriveFile:
-    drive = setting("drive", table)
+def _drive_file(options: Mapping[str, Any]) -> DriveFile:
+    drive = setting("drive")
     name = drive.from_command_line(options["drive"]) if options.get("drive") is not None else drive.default_value()
     try:
-        return load_drive_file(name, table)
+        return load_drive_file(name)
     except SettingsError as error:
         raise SettingsError(f"--drive: {error}") from error
 
@@ -256,7 +266,7 @@ def _checkpoints_per_pass(values: Mapping[str, Any], sources: Mapping[str, str],
     count, source = values["checkpoints_per_pass"], sources["checkpoints_per_pass"]
     fraction, fraction_source = values["fill_fraction"], sources["fill_fraction"]
     if fraction is not None and _PRECEDENCE.get(fraction_source, 1) < _PRECEDENCE.get(source, 1):
-        capacity = shutil.disk_usage(space_path(values)).total
+        capacity = shutil.disk_usage(space_path(values["target"])).total
         count, source = checkpoints_for_fraction(plan, capacity, fraction), fraction_source
     if values["restore_checkpoints"] > count:
         raise SettingsError(
@@ -308,7 +318,7 @@ def _check_host(plan: CheckpointPlan, values: Mapping[str, Any]) -> None:
             f"per rank, {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} open files); use a -subset workload "
             f"(8 ranks), or spread the ranks over several nodes"
         )
-    _check_names(plan, space_path(values), "--workload")
+    _check_names(plan, space_path(values["target"]), "--workload")
 
 
 def _layout_bytes(values: Mapping[str, Any], sources: Mapping[str, str], drive_file: DriveFile) -> int:

@@ -127,7 +127,7 @@ def check_ceiling(run: RunSettings, ceilings: dict[str, Ceiling]) -> None:
     ranks run on the nodes' cores, not on this host's."""
     if run.nodes > 1:
         return
-    above = limits_above(run.thresholds.limits, ceilings, run.scale)
+    above = limits_above(run.thresholds.limits, ceilings)
     if above:
         drives = f" ({run.drives_at_once} drives share this host's cores)" if run.drives_at_once > 1 else ""
         raise HostTooSlow(f"drive file {run.thresholds.path}{drives}: {'; '.join(above)}; {REFUSAL_FIX}")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from ckptqual.config.values import (
@@ -74,7 +75,7 @@ CONTROLLER_ADDRESS = Kind(
 class Setting:
     """One setting. `default` is written as on the command line; None where it is computed (`unset` says how)."""
 
-    name: str  # the attribute of the resolved settings
+    name: str  # the setting's name: its options key, its origin's key, its key in the record
     flag: str | None  # None: only a drive file sets it
     section: str | None  # the drive file's table; None: only the command line sets it
     kind: Kind
@@ -83,10 +84,15 @@ class Setting:
     key: str | None = None  # the key in the drive file's section, where it is not `name`
     unset: str = "none"
     many: bool = False  # the flag may be given several times: its value is then the list of what was given
+    attribute: str | None = None  # the field of SettingValues that holds it, where it is not `name`
 
     @property
     def file_key(self) -> str:
         return self.key or self.name
+
+    @property
+    def field_name(self) -> str:
+        return self.attribute or self.name
 
     def help_text(self, drive_file: bool = True) -> str:
         """The help line with the default and where it would come from."""
@@ -105,92 +111,131 @@ class Setting:
             raise SettingsError(f"{self.flag or self.name} {value!r}: {error}") from None
 
 
+_ROW = "ckptqual.setting"  # the key of a field's row in its metadata
+
+
+def row(
+    flag: str | None,
+    section: str | None,
+    kind: Kind,
+    default: str | None,
+    help: str,
+    *,
+    key: str | None = None,
+    unset: str = "none",
+    many: bool = False,
+    name: str | None = None,
+) -> Any:
+    """A field of SettingValues with its row (see Setting); `name` where the setting's name is not the field's."""
+    return field(metadata={_ROW: Setting(name or "", flag, section, kind, default, help, key, unset, many)})
+
+
 _FILE_SIZE = size(ALIGN_BYTES)
-SETTINGS: tuple[Setting, ...] = (
-    Setting("drive", "--drive", None, TEXT, "local", "drive file: a name in thresholds/ or a path to a .toml file"),
-    Setting("target", "--target", None, PATH, None,
+
+
+@dataclass(frozen=True, kw_only=True)
+class SettingValues:
+    """The one table of settings: each field one setting, its type the resolved value's (where a row computes an
+    unset value, as the seed, its type is what the run gets), its row (flag, drive-file section, kind, default, help)
+    in `row(...)`. `name` is the setting's name where the attribute differs: RunSettings.workload is the loaded
+    workload and RunSettings.layout_plan the plan read from the file."""
+
+    # fmt: off
+    drive: str = row("--drive", None, TEXT, "local", "drive file: a name in thresholds/ or a path to a .toml file")
+    target: Path | None = row("--target", None, PATH, None,
             "directory on the drive under test, empty or ckptqual's own; give it several times, or once with a file "
             "listing a drive file and a mount point per line, to qualify several drives",
-            unset="a fresh directory under the system temp dir", many=True),
-    Setting("workload", "--workload", "run", TEXT, "llama3.1-405b-review",
-            "workload: a name in fixtures/workloads/ or a path to a .toml file"),
-    Setting("scale", "--scale", "run", fraction("scale"), "1.0",
+            unset="a fresh directory under the system temp dir", many=True)
+    workload_name: str = row("--workload", "run", TEXT, "llama3.1-405b-review",
+            "workload: a name in fixtures/workloads/ or a path to a .toml file", name="workload")
+    scale: float = row("--scale", "run", fraction("scale"), "1.0",
             "shrink every tensor (and the odd layouts) by this factor, 0 < S <= 1, and not so far that the "
-            f"checkpoint holds less than one {format_size(ALIGN_BYTES)} block per file"),
-    Setting("engine", "--engine", "run", choice(_engines, "engine"), "stream",
-            "how checkpoint files are written: stream (bounded memory), stream-direct (O_DIRECT) or torch-save"),
-    Setting("format", "--format", "run", choice(FORMATS, "format"), DEFAULT_FORMAT,
+            f"checkpoint holds less than one {format_size(ALIGN_BYTES)} block per file")
+    engine: str = row("--engine", "run", choice(_engines, "engine"), "stream",
+            "how checkpoint files are written: stream (bounded memory), stream-direct (O_DIRECT) or torch-save")
+    format: str = row("--format", "run", choice(FORMATS, "format"), DEFAULT_FORMAT,
             "checkpoint format: torch-save (DLIO's torch.save files, written by --engine), dcp "
             "(torch.distributed.checkpoint's FileSystemWriter files) or safetensors (a Hugging Face export); a "
-            "workload file may name it too"),
-    Setting("dcp_threads", "--dcp-threads", "run", whole(1, MAX_DCP_THREADS), "1",
-            "files each rank writes under --format dcp (FileSystemWriter's thread_count)"),
-    Setting("restore_layout", "--restore-layout", "run", LAYOUT, None,
+            "workload file may name it too")
+    dcp_threads: int = row("--dcp-threads", "run", whole(1, MAX_DCP_THREADS), "1",
+            "files each rank writes under --format dcp (FileSystemWriter's thread_count)")
+    restore_layout: str | None = row("--restore-layout", "run", LAYOUT, None,
             "restore onto this TP x PP layout (TPxPP, e.g. 8x1, the same ranks in all): each new rank reads what "
-            "its shards need of the checkpoint", unset="the layout that saved"),
-    Setting("checkpoints_per_pass", "--checkpoints-per-pass", "run", whole(1), "3",
-            "checkpoints per fill pass (the retention limit)"),
-    Setting("fill_fraction", "--fill-fraction", "run", fraction("fraction"), None,
-            "fill this fraction of the target's capacity per pass instead"),
-    Setting("passes", "--passes", "run", whole(1, 100), "3",
-            "fill passes; the SNIA steady-state rule needs at most 25 rounds"),
-    Setting("results", "--results", None, PATH, None, "write a JSON record of the run to this path"),
-    Setting("report_dir", "--report-dir", None, PATH, None,
-            "write report.html and its figures (ckptqual report) into this directory at the end of the run"),
-    Setting("keep", "--keep", None, FLAG, "false", "keep the run directory and its checkpoints"),
-    Setting("rank_timeout_s", "--rank-timeout", None,
+            "its shards need of the checkpoint", unset="the layout that saved")
+    checkpoints_per_pass: int = row("--checkpoints-per-pass", "run", whole(1), "3",
+            "checkpoints per fill pass (the retention limit)")
+    fill_fraction: float | None = row("--fill-fraction", "run", fraction("fraction"), None,
+            "fill this fraction of the target's capacity per pass instead")
+    passes: int = row("--passes", "run", whole(1, 100), "3",
+            "fill passes; the SNIA steady-state rule needs at most 25 rounds")
+    results: Path | None = row("--results", None, PATH, None, "write a JSON record of the run to this path")
+    report_dir: Path | None = row("--report-dir", None, PATH, None,
+            "write report.html and its figures (ckptqual report) into this directory at the end of the run")
+    keep: bool = row("--keep", None, FLAG, "false", "keep the run directory and its checkpoints")
+    rank_timeout_s: float = row("--rank-timeout", None,
             number(lambda s: s >= MIN_RANK_TIMEOUT_S, f"a number >= {MIN_RANK_TIMEOUT_S:g} second(s), e.g. 600"),
             "600", f"seconds a rank may take for one checkpoint before the run fails it, at least "
-            f"{MIN_RANK_TIMEOUT_S:g} (starting, writing and fsyncing a checkpoint takes longer than that)"),
-    Setting("memory_budget_bytes", "--memory-budget", None, size(), None,
-            "memory the ranks may hold together under torch-save, e.g. 32G", unset="half of the available memory"),
-    Setting("seed", "--seed", None, whole(0, MAX_SEED), None, "payload seed", unset="random, recorded in the results"),
-    Setting("restore_checkpoints", "--restore-checkpoints", "run", whole(1), "1",
-            "how many of the newest checkpoints test_restore reads back"),
-    Setting("sample_interval_s", "--sample-interval", None, number(lambda s: s == 0 or s >= 0.1,
+            f"{MIN_RANK_TIMEOUT_S:g} (starting, writing and fsyncing a checkpoint takes longer than that)")
+    memory_budget_bytes: int = row("--memory-budget", None, size(), None,
+            "memory the ranks may hold together under torch-save, e.g. 32G", unset="half of the available memory")
+    seed: int = row("--seed", None, whole(0, MAX_SEED), None, "payload seed", unset="random, recorded in the results")
+    restore_checkpoints: int = row("--restore-checkpoints", "run", whole(1), "1",
+            "how many of the newest checkpoints test_restore reads back")
+    sample_interval_s: float = row("--sample-interval", None, number(lambda s: s == 0 or s >= 0.1,
             "0 (off) or a number >= 0.1 seconds, e.g. 1"),
-            "1", "seconds between samples of the drive's counters, CPU and memory (the time series); 0: off"),
-    Setting("require_steady_state", None, "run", FLAG, "false", "fail the last pass unless the SNIA rule holds"),
-    Setting("early_stop", "--early-stop", "run", FLAG, "false",
-            "end a steady-state pass once the SNIA rule holds and no remaining checkpoint could change a verdict"),
-    Setting("checkpoint_interval_s", "--checkpoint-interval", "run",
+            "1", "seconds between samples of the drive's counters, CPU and memory (the time series); 0: off")
+    require_steady_state: bool = row(None, "run", FLAG, "false", "fail the last pass unless the SNIA rule holds")
+    early_stop: bool = row("--early-stop", "run", FLAG, "false",
+            "end a steady-state pass once the SNIA rule holds and no remaining checkpoint could change a verdict")
+    checkpoint_interval_s: float = row("--checkpoint-interval", "run",
             number(lambda s: s >= 0, "a number >= 0 seconds, e.g. 1800"), "0",
             "seconds of training compute between the end of one checkpoint's stall and the start of the next, the "
-            "drive idle meanwhile; 0: back to back"),
-    Setting("async_save", "--async-save", "run", FLAG, "false",
+            "drive idle meanwhile; 0: back to back")
+    async_save: bool = row("--async-save", "run", FLAG, "false",
             "save as torch.distributed.checkpoint.async_save does: training stalls while the ranks stage their "
-            "state to host memory (and while the previous save is still being written), the writes run behind"),
-    Setting("layout_examples", "--layout-examples", "layouts", whole(0, 10_000), "5", "odd shard layouts to try",
-            key="examples"),
-    Setting("layout_seed", "--layout-seed", "layouts", whole(0, MAX_SEED), "0", "seed of the odd layouts",
-            key="seed"),
-    Setting("layout_max_total_bytes", "--layout-max-bytes", "layouts", size(), "64M",
-            "largest odd layout, e.g. 64M; a drive file's value shrinks with --scale", key="max_total_bytes"),
-    Setting("layout_plan", "--layout-plan", None, PATH, None, "replay one layout from a plan file (as printed)"),
-    Setting("sweep_block_sizes_bytes", "--sweep-block-sizes", "sweep", list_of(_FILE_SIZE), "1M,128K,8K",
-            "read sweep block sizes, multiples of 4K", key="block_sizes"),
-    Setting("sweep_threads", "--sweep-threads", "sweep", list_of(whole(1, MAX_SWEEP_THREADS)), "16,4,1",
-            f"read sweep thread counts (the I/O depth of a cell), 1 to {MAX_SWEEP_THREADS}", key="threads"),
-    Setting("sweep_jobs", None, "sweep", whole(1), "4", "read sweep files, one per job", key="jobs"),
-    Setting("sweep_batch", None, "sweep", whole(1), "16", "reads a sweep job submits before it waits", key="batch"),
-    Setting("sweep_file_bytes", "--sweep-file-bytes", "sweep", _FILE_SIZE, "256M",
-            "size of each of the read sweep's files (one per job)", key="file_bytes"),
-    Setting("sweep_requests", "--sweep-requests", None, whole(1), "2048",
-            "reads per sweep job per cell, at most one pass over its file"),
-    Setting("sweep_transfers", "--transfer", "sweep", list_of(choice(TRANSFERS, "transfer")), ",".join(TRANSFERS),
-            "read sweep transfer types; those this host cannot run are skipped with the reason", key="transfers"),
-    Setting("parts", None, "run", list_of(choice(PARTS, "part")), ",".join(PARTS),
-            "the parts of the run that run; the tests of the others are skipped, naming why"),
-    Setting("nodes", "--nodes", None, whole(1, 4096), "1",
-            "nodes whose torchrun workers share the plan's ranks, on one shared filesystem (docs/many-nodes.md)"),
-    Setting("controller", "--controller", None, CONTROLLER_ADDRESS, None,
+            "state to host memory (and while the previous save is still being written), the writes run behind")
+    layout_examples: int = row("--layout-examples", "layouts", whole(0, 10_000), "5", "odd shard layouts to try",
+            key="examples")
+    layout_seed: int = row("--layout-seed", "layouts", whole(0, MAX_SEED), "0", "seed of the odd layouts",
+            key="seed")
+    layout_max_total_bytes: int = row("--layout-max-bytes", "layouts", size(), "64M",
+            "largest odd layout, e.g. 64M; a drive file's value shrinks with --scale", key="max_total_bytes")
+    layout_plan_file: Path | None = row("--layout-plan", None, PATH, None,
+            "replay one layout from a plan file (as printed)", name="layout_plan")
+    sweep_block_sizes_bytes: tuple[int, ...] = row("--sweep-block-sizes", "sweep", list_of(_FILE_SIZE), "1M,128K,8K",
+            "read sweep block sizes, multiples of 4K", key="block_sizes")
+    sweep_threads: tuple[int, ...] = row("--sweep-threads", "sweep", list_of(whole(1, MAX_SWEEP_THREADS)), "16,4,1",
+            f"read sweep thread counts (the I/O depth of a cell), 1 to {MAX_SWEEP_THREADS}", key="threads")
+    sweep_jobs: int = row(None, "sweep", whole(1), "4", "read sweep files, one per job", key="jobs")
+    sweep_batch: int = row(None, "sweep", whole(1), "16", "reads a sweep job submits before it waits", key="batch")
+    sweep_file_bytes: int = row("--sweep-file-bytes", "sweep", _FILE_SIZE, "256M",
+            "size of each of the read sweep's files (one per job)", key="file_bytes")
+    sweep_requests: int = row("--sweep-requests", None, whole(1), "2048",
+            "reads per sweep job per cell, at most one pass over its file")
+    sweep_transfers: tuple[str, ...] = row("--transfer", "sweep", list_of(choice(TRANSFERS, "transfer")),
+            ",".join(TRANSFERS), "read sweep transfer types; those this host cannot run are skipped with the reason",
+            key="transfers")
+    parts: tuple[str, ...] = row(None, "run", list_of(choice(PARTS, "part")), ",".join(PARTS),
+            "the parts of the run that run; the tests of the others are skipped, naming why")
+    nodes: int = row("--nodes", None, whole(1, 4096), "1",
+            "nodes whose torchrun workers share the plan's ranks, on one shared filesystem (docs/many-nodes.md)")
+    controller: str | None = row("--controller", None, CONTROLLER_ADDRESS, None,
             "with --nodes: HOST:PORT at which the nodes' workers reach this process, which listens there only",
-            unset="none; --nodes 2 or more needs it"),
-    Setting("secret_file", "--secret-file", None, PATH, None,
+            unset="none; --nodes 2 or more needs it")
+    secret_file: Path | None = row("--secret-file", None, PATH, None,
             "with --nodes: a file this process writes the run's secret to (mode 0600) and every node's `ckptqual node "
             "--secret-file` reads, in a directory of yours that every node sees",
-            unset="none; --nodes 2 or more needs it"),
-)  # fmt: skip
+            unset="none; --nodes 2 or more needs it")
+    # fmt: on
+
+
+def table_of(values: type[SettingValues]) -> tuple[Setting, ...]:
+    """The rows of `values`' fields in the order declared, each named, and knowing the field it fills."""
+    rows = [(spec.name, spec.metadata[_ROW]) for spec in fields(values)]
+    return tuple(replace(row, name=row.name or attribute, attribute=attribute) for attribute, row in rows)
+
+
+SETTINGS = table_of(SettingValues)
 
 
 def setting(name: str, table: Iterable[Setting] = SETTINGS) -> Setting:

@@ -29,7 +29,7 @@ class PlantedEntry(OSError):
         self.path, self.what = path, what
 
     def __str__(self) -> str:
-        return self.strerror
+        return str(self.strerror)
 
     def __reduce__(self) -> tuple[type, tuple[Path, str]]:
         return type(self), (self.path, self.what)
@@ -179,7 +179,7 @@ class RunRoot:
             return tree.reference
 
     def open(self) -> RunTree:
-        return RunTree(Path(self.path), tuple(self.identity) if self.identity else None)
+        return RunTree(Path(self.path), (self.identity[0], self.identity[1]) if self.identity else None)
 
 
 def _step(fd: int, name: str, reached: Path, create: bool) -> int:

@@ -52,7 +52,7 @@ def resident_bytes(fd: int, name: str) -> tuple[int, int]:
             del window
     if status != 0:
         raise OSError(ctypes.get_errno(), f"mincore failed on {name}")
-    resident = int(np.count_nonzero(np.frombuffer(vector, dtype=np.uint8) & 1))
+    resident = int(np.count_nonzero(np.ctypeslib.as_array(vector) & 1))
     return min(resident * _PAGE, size), size
 
 

@@ -239,19 +239,20 @@ class HostSampler:
 def combined(uses: list[HostUse]) -> HostUse:
     """Several timed regions as one: times and CPU seconds added, busy shares weighted by each region's length."""
     wall = sum(use.wall_s for use in uses)
-    known = [use for use in uses if use.device_busy is not None]
-    known_wall = sum(use.wall_s for use in known)
-    waited = all(use.wait_share is not None for use in uses)
+    known = [(use.device_busy, use.wall_s) for use in uses if use.device_busy is not None]
+    known_wall = sum(wall_s for _, wall_s in known)
+    shares = [(use.wait_share, use.wall_s) for use in uses if use.wait_share is not None]
+    waited = len(shares) == len(uses)
     return HostUse(
         wall_s=wall,
         work_cpu_s=sum(use.work_cpu_s for use in uses),
         cores=max(use.cores for use in uses),
         cpu_busy=sum(use.cpu_busy * use.wall_s for use in uses) / wall if wall > 0 else 0.0,
         device=uses[0].device,
-        device_busy=sum(use.device_busy * use.wall_s for use in known) / known_wall if known_wall > 0 else None,
+        device_busy=sum(busy * wall_s for busy, wall_s in known) / known_wall if known_wall > 0 else None,
         threads_run_s=_total([use.threads_run_s for use in uses]),
         threads_wait_s=_total([use.threads_wait_s for use in uses]),
-        wait_share=sum(use.wait_share * use.wall_s for use in uses) / wall if waited and wall > 0 else None,
+        wait_share=sum(share * wall_s for share, wall_s in shares) / wall if waited and wall > 0 else None,
         io_blocked_s=_total([use.io_blocked_s for use in uses]),
     )
 
@@ -267,8 +268,8 @@ def at_once(uses: list[tuple[str, HostUse]]) -> HostUse:
     any host was saturated)."""
     cores = {host: use.cores for host, use in uses}
     busiest = max((use for _, use in uses), key=lambda use: use.cpu_busy)
-    drives = [use for _, use in uses if use.device_busy is not None]
-    drive = max(drives, key=lambda use: use.device_busy) if drives else busiest
+    drives = [(use.device_busy, use) for _, use in uses if use.device_busy is not None]
+    drive = max(drives, key=lambda pair: pair[0])[1] if drives else busiest
     return HostUse(
         wall_s=max(use.wall_s for _, use in uses),
         work_cpu_s=sum(use.work_cpu_s for _, use in uses),

@@ -34,7 +34,8 @@ _LOOP_INFO64 = struct.Struct("=QQQQQIIII64s64s32s2Q")  # struct loop_info64: lo_
 class OnHost(Protocol):
     """Where some ranks ran (runs.timing.NodeTiming)."""
 
-    hostname: str
+    @property
+    def hostname(self) -> str: ...
 
 
 class Unresolved(Exception):

@@ -40,8 +40,8 @@ class TargetOps:
         """`function(*args)` in the helper. An OSError there is re-raised as a RunError naming operation, path and
         errno; no answer within the deadline raises RunError(fault="unresponsive")."""
         limit_s = timeout_s if timeout_s is not None else self.timeout_s
-        conn = self._connection()
-        pid = self._proc.pid
+        proc, conn = self._connection()
+        pid = proc.pid
         try:
             conn.send((function, args))
             answered = conn.poll(limit_s)
@@ -59,17 +59,21 @@ class TargetOps:
             return value
         if isinstance(value, OSError):
             raise RunError(os_error_line(value, what), fault_of_errno(value.errno), value.errno) from value
-        raise value
+        if isinstance(value, BaseException):
+            raise value
+        raise RunError(f"{what}: the helper process answered {value!r} where an error was due", "crash")
 
-    def _connection(self) -> Connection:
-        if self._proc is None or self._proc.poll() is not None:
-            self._start()
-        return self._conn
+    def _connection(self) -> tuple[subprocess.Popen, Connection]:
+        """The helper and the pipe to it, started where there is none or it ended."""
+        proc, conn = self._proc, self._conn
+        if proc is None or conn is None or proc.poll() is not None:
+            return self._start()
+        return proc, conn
 
-    def _start(self) -> None:
+    def _start(self) -> tuple[subprocess.Popen, Connection]:
         ours, theirs = Pipe()
         env = {**os.environ, _FD_VARIABLE: str(theirs.fileno())}
-        self._proc = subprocess.Popen(
+        proc = self._proc = subprocess.Popen(
             [sys.executable, "-m", "ckptqual.host.fsops"], pass_fds=(theirs.fileno(),), env=env, start_new_session=True
         )
         theirs.close()
@@ -77,6 +81,7 @@ class TargetOps:
         if not ours.poll(_START_TIMEOUT_S) or ours.recv() != "ready":
             self._abandon()
             raise RunError(f"the target helper process did not start within {_START_TIMEOUT_S:g} s", "crash")
+        return proc, ours
 
     def _abandon(self) -> None:
         """Kills the helper without waiting for it: stuck in the kernel, it ends only when the drive answers."""
@@ -98,7 +103,8 @@ class TargetOps:
             with contextlib.suppress(OSError):
                 self._conn.send(None)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(2.0)
+                if self._proc is not None:
+                    self._proc.wait(2.0)
         self._abandon()
 
 

@@ -64,7 +64,7 @@ class DriveIdentity:
 
 def identify(path: Path, *, sys_root: Path = SYS, proc_root: Path = PROC) -> DriveIdentity:
     """The mount holding `path` and every physical device under it."""
-    mount = mount_of(path, proc_root=proc_root)
+    mount: dict[str, Any] = mount_of(path, proc_root=proc_root)  # DriveIdentity's text fields by name
     block = block_of(path, mount.get("source"), sys_root)
     mount.pop("source", None)
     if block is None:
@@ -116,7 +116,7 @@ def _layer_kind(block: Path) -> str:
 def _physical(block: Path, via: tuple[str, ...]) -> PhysicalDevice:
     queue = block / "queue"
     size = _number(block / "size")
-    common = {
+    common: dict[str, Any] = {
         "name": block.name,
         "capacity_bytes": size * 512 if size is not None else None,  # sysfs counts 512-byte sectors, always
         "logical_block_bytes": _number(queue / "logical_block_size"),

@@ -244,8 +244,8 @@ def remove_owned(
         sweep.sweep(_ROOT, tree.fd)
         if only is None:
             sweep.finish(tree)
-    left, errors, planted = (*sweep.left,), (*sweep.errors,), (*sweep.planted_lines,)
-    return Removal(str(run_dir), sweep.removed_files, sweep.removed_bytes, left, errors, planted, dry_run)
+    kept, errors, planted_lines = (*sweep.left,), (*sweep.errors,), (*sweep.planted_lines,)
+    return Removal(str(run_dir), sweep.removed_files, sweep.removed_bytes, kept, errors, planted_lines, dry_run)
 
 
 def _unreadable(nothing: Removal, error: Exception) -> Removal:

@@ -249,6 +249,8 @@ class Sampler:
         return round(time.monotonic() - self.t0, 3)
 
     def _read(self) -> None:
+        if self.process.stdout is None:
+            raise RuntimeError("the sampler process was started without a pipe for its standard output")
         for line in self.process.stdout:
             try:
                 sample = json.loads(line)
@@ -325,7 +327,8 @@ class Sampler:
         if self.process.poll() is not None:
             self.stopped_because = f"the sampler ended early (exit code {self.process.returncode})"
         with contextlib.suppress(OSError):
-            self.process.stdin.close()
+            if self.process.stdin is not None:
+                self.process.stdin.close()
         try:
             self.process.wait(_STOP_WAIT_S)
         except subprocess.TimeoutExpired:

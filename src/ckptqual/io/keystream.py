@@ -9,6 +9,7 @@ import ctypes.util
 import functools
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -63,21 +64,23 @@ class EvpCalls:
 @functools.cache
 def evp_calls() -> EvpCalls | None:
     """libcrypto's EVP calls and ciphers as addresses; None where libcrypto (or its AES-128-ECB) is not there."""
-    if _libcrypto is None:
+    if _libcrypto is None or _CIPHER is None:
         return None
     ecb = _libcrypto.EVP_CIPHER_fetch(None, b"AES-128-ECB", None)
     if not ecb:
         return None
-    address = [
-        ctypes.cast(function, ctypes.c_void_p).value
-        for function in (
-            _libcrypto.EVP_CIPHER_CTX_new,
-            _libcrypto.EVP_CIPHER_CTX_free,
-            _libcrypto.EVP_EncryptInit_ex,
-            _libcrypto.EVP_EncryptUpdate,
-        )
-    ]
-    return EvpCalls(*address, ctr=_CIPHER, ecb=ecb)
+    lib = _libcrypto
+    calls = lib.EVP_CIPHER_CTX_new, lib.EVP_CIPHER_CTX_free, lib.EVP_EncryptInit_ex, lib.EVP_EncryptUpdate
+    ctx_new, ctx_free, encrypt_init, encrypt_update = (_address(call) for call in calls)
+    return EvpCalls(ctx_new, ctx_free, encrypt_init, encrypt_update, ctr=_CIPHER, ecb=ecb)
+
+
+def _address(function: Any) -> int:
+    """A libcrypto function's address."""
+    address = ctypes.cast(function, ctypes.c_void_p).value
+    if address is None:
+        raise RuntimeError(f"libcrypto: {function.__name__} has a NULL address")
+    return address
 
 
 IMPLEMENTATION = "libcrypto (ctypes)" if _libcrypto is not None else "cryptography"
@@ -92,7 +95,7 @@ def fill(key: bytes, counter: int, out: np.ndarray) -> None:
         encryptor = Cipher(algorithms.AES(key), modes.CTR(iv)).encryptor()
         for start in range(0, out.nbytes, _ZEROS.nbytes):
             piece = out[start : start + _ZEROS.nbytes]
-            encryptor.update_into(_ZEROS[: piece.nbytes], piece)
+            encryptor.update_into(_ZEROS[: piece.nbytes].data, piece.data)
         return
     context = getattr(_contexts, "ctx", None)
     if context is None:
@@ -111,6 +114,8 @@ class _Context:
     """One thread's EVP_CIPHER_CTX, freed with the thread."""
 
     def __init__(self) -> None:
+        if _libcrypto is None:
+            raise RuntimeError("libcrypto is not loaded: the keystream is made with cryptography, without contexts")
         self.handle = _libcrypto.EVP_CIPHER_CTX_new()
         if not self.handle:
             raise MemoryError("libcrypto: EVP_CIPHER_CTX_new returned NULL")

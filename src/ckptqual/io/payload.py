@@ -152,6 +152,8 @@ class PayloadGenerator:
     def _fill_native(self, out: np.ndarray, native_id: payload_kernel.BlockId, first_block: int) -> None:
         """The kernel's payload of the blocks from `first_block` into `out`, spread over the lanes where it is large."""
         kernel, shared = self._kernel, lanes.shared()
+        if kernel is None:
+            raise RuntimeError("the native payload kernel is not loaded; the payload is made in Python")
         pieces = shared.pieces(out.nbytes, BLOCK_BYTES)
         if len(pieces) == 1:  # most calls: one tensor's chunk on one lane, without a closure per call
             kernel.fill(native_id, first_block, out)

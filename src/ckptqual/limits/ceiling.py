@@ -62,7 +62,7 @@ def ceilings(cores: float, GB_per_cpu_s: dict[str, float]) -> dict[str, Ceiling]
     return {phase: Ceiling(phase, cores, rate) for phase, rate in GB_per_cpu_s.items()}
 
 
-def limits_above(limits: Iterable[Limit], ceilings: dict[str, Ceiling], scale: float = 1.0) -> list[str]:
+def limits_above(limits: Iterable[Limit], ceilings: dict[str, Ceiling]) -> list[str]:
     """One line per absolute minimum throughput above its phase's ceiling by more than NOISE_MARGIN, with the
     numbers (REFUSAL_FIX says what to do); relative limits, maximums and phases without a ceiling are never refused."""
     lines = []
@@ -70,7 +70,7 @@ def limits_above(limits: Iterable[Limit], ceilings: dict[str, Ceiling], scale: f
         ceiling = ceilings.get(PHASE_OF.get(limit.measurement, ""))
         if ceiling is None or limit.min is None or limit.relative_to or unit_kind(limit.unit) != "throughput":
             continue
-        bound_GBps = to_unit(limit.min * (scale if limit.at_full_scale else 1.0), limit.unit, "GB/s")
+        bound_GBps = to_unit(limit.run_bound, limit.unit, "GB/s")
         if bound_GBps > ceiling.GBps * (1 + NOISE_MARGIN):
             lines.append(
                 f"{limit.title()}: min {bound_GBps:.4g} GB/s is above what this host can measure: ceiling "

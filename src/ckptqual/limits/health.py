@@ -42,7 +42,7 @@ class HealthCheck:
 
 
 def check_health(
-    limits: Iterable[Limit], scale: float, before: Mapping[str, Any], after: Mapping[str, Any], suite: Mapping[str, int]
+    limits: Iterable[Limit], before: Mapping[str, Any], after: Mapping[str, Any], suite: Mapping[str, int]
 ) -> HealthCheck:
     """Before against after, and the bytes written two ways, judged by the fixed rules and the drive file's limits;
     SKIPPED (with every reason) where no device gave a health counter to judge."""
@@ -55,7 +55,7 @@ def check_health(
     judgements = [
         j
         for name, value, unit, context in health_measurements(pairs, written)
-        for j in judge(limits, name, value, unit, context, {}, scale)
+        for j in judge(limits, name, value, unit, context, {})
     ]
     findings.add_judgements(judgements)
     readable = any(name in side["counters"] for pair in pairs for side in pair for name in _HEALTH_COUNTERS)

@@ -88,12 +88,12 @@ def judge(
     unit: str,
     context: Mapping[str, Any],
     baselines: Mapping[str, float],
-    scale: float,
     host_bound: str | None = None,
     served_baselines: Mapping[str, str] | None = None,
     waits: str | None = None,
 ) -> list[Judgement]:
-    """The judgements of one measured value under every one of `limits` that applies to it; a figure that was
+    """The judgements of one measured value under every one of `limits` (bound to the run's scale) that applies to it;
+    a figure that was
     host-bound for `host_bound` keeps only the verdicts its bound decides, the others are INVALID, and so is every
     verdict relative to a baseline of `served_baselines` (baseline -> why a cache served it); `waits` says what the
     figure's own threads waited for."""
@@ -108,7 +108,7 @@ def judge(
             context,
             _decided(
                 limit,
-                limit.evaluate(value, unit, baselines=dict(baselines), scale=scale, context=context),
+                limit.evaluate(value, unit, baselines=dict(baselines), context=context),
                 host_bound,
                 served_baselines or {},
             ),

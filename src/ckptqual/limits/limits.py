@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -92,10 +92,19 @@ class Limit:
     relative_to: str | None = None
     at_full_scale: bool = False
     number: int = 0  # its place among the file's [[limit]] blocks, from 1
+    scale: float = 1.0  # the run's --scale, bound by at_scale when the settings are resolved
+
+    @property
+    def run_bound(self) -> float:
+        """The bound the run is judged by: an at_full_scale bound times the run's scale."""
+        return self.bound * self.scale if self.at_full_scale else self.bound
 
     @property
     def bound(self) -> float:
-        return self.min if self.min is not None else self.max
+        bound = self.min if self.min is not None else self.max
+        if bound is None:
+            raise ValueError(f"{self.measurement}: a limit needs a min or a max; the drive file declares one")
+        return bound
 
     @property
     def comparator(self) -> str:
@@ -136,13 +145,12 @@ class Limit:
         unit: str,
         *,
         baselines: Mapping[str, float] | None = None,
-        scale: float = 1.0,
         context: Mapping[str, Any] | None = None,
     ) -> Verdict:
         """Judge `value` in `unit`; a relative limit divides it by `baselines[relative_to]`, given in bytes per
-        second (B/s); an at_full_scale bound is multiplied by `scale`. `context` only labels the message."""
+        second (B/s); an at_full_scale bound is multiplied by the run's scale. `context` only labels the message."""
         measured, basis = self._measured(value, unit, baselines)
-        bound, scaling = self._scaled_bound(scale)
+        bound, scaling = self.run_bound, self._scaling()
         outcome = self._outcome(measured, bound)
         selector = _where_text(context if context is not None else self.to_dict()["where"])
         message = self._message(outcome, measured, bound, [basis, scaling, selector])
@@ -170,10 +178,10 @@ class Limit:
         basis = f"{_number_text(value)} {unit} / {self.relative_to} {_number_text(baseline_in_unit)} {unit}"
         return to_unit(value, unit, "B/s") / baseline, basis
 
-    def _scaled_bound(self, scale: float) -> tuple[float, str]:
+    def _scaling(self) -> str:
         if not self.at_full_scale:
-            return self.bound, ""
-        return self.bound * scale, f"scale {scale:g} x {_number_text(self.bound)} {self.unit} at full scale"
+            return ""
+        return f"scale {self.scale:g} x {_number_text(self.bound)} {self.unit} at full scale"
 
     def _outcome(self, measured: float, bound: float) -> Outcome:
         if self.min is not None:
@@ -195,6 +203,11 @@ class Limit:
         unit = self._unit_text()
         comparison = f"{measured_text} {unit} {relation} {side} {bound_text} {unit}"
         return f"{self.measurement} {comparison}{band} ({details})"
+
+
+def at_scale(limits: Iterable[Limit], scale: float) -> tuple[Limit, ...]:
+    """`limits` bound to a run at `scale`, which multiplies each at_full_scale bound."""
+    return tuple(replace(limit, scale=scale) for limit in limits)
 
 
 def limits_for(limits: Iterable[Limit], measurement: str, context: Mapping[str, Any]) -> list[Limit]:

@@ -82,9 +82,9 @@ class Findings:
 
     def add_judgements(self, judgements: Iterable[Judgement]) -> None:
         for judgement in judgements:
-            if judgement.verdict is not None:
+            if judgement.verdict is not None and (figure := judgement.figure()) is not None:  # judged: it has one
                 self.add(judgement.verdict.outcome, judgement.verdict.message)
-                self.figures.append(judgement.figure())
+                self.figures.append(figure)
             else:
                 where = ", ".join(f"{key}={value}" for key, value in judgement.context.items())
                 self.measured.append(

@@ -51,8 +51,8 @@ def new_layout_needs(workload: Workload, source: CheckpointPlan, tp: int, pp: in
         )
     new = Parallelism(tp, pp, old.dp, old.zero_stage)
     pieces: dict[str, list[int]] = {}
-    for rank in source.ranks:
-        for file in rank.files:
+    for rank_plan in source.ranks:
+        for file in rank_plan.files:
             for spec in file.tensors:
                 pieces.setdefault(spec.name, []).append(spec.numel)
     split = {

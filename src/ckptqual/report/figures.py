@@ -325,6 +325,8 @@ def sweep_heatmap(runs: Sequence[Run]) -> Drawn:
         axes.set_yticks(range(len(sizes)), sizes)
         axes.set_xlabel("threads")
         axes.set_title(f"{transfer}\n{run.label}" if len(runs) > 1 else transfer, fontsize="small")
+    if image is None:
+        raise ValueError(f"{name}: the sweep of {len(runs)} runs gave no panel to draw")
     figure.colorbar(image, ax=figure.axes, label="GiB/s", shrink=0.9)
     figure.suptitle(title)
     return Drawn(name, title, figure)

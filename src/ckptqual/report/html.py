@@ -52,6 +52,8 @@ td{overflow-wrap:break-word}td.num{white-space:nowrap}
 
 def png(drawn: Drawn) -> bytes:
     """The figure as PNG bytes."""
+    if drawn.figure is None:
+        raise ValueError(f"the figure {drawn.name} was not drawn ({drawn.missing}): there is no PNG of it")
     buffer = io.BytesIO()
     drawn.figure.savefig(buffer, format="png", dpi=_DPI)
     return buffer.getvalue()
@@ -129,11 +131,13 @@ def _tag(drawn: Drawn) -> None:
     """Gives the figure's titles, legends and plotted data ids that name what they are."""
     figure, name = drawn.figure, drawn.name
     assert figure is not None
-    texts = [figure._suptitle] if figure._suptitle is not None else []
+    # matplotlib has no public handle on the Text of a suptitle or of an axes' left and right titles
+    texts = [figure._suptitle] if figure._suptitle is not None else []  # type: ignore[attr-defined]
     legends = list(figure.legends)
     for panel, axes in enumerate(figure.axes):
-        texts += [axes.title, axes._left_title, axes._right_title]
-        legends += [axes.get_legend()] if axes.get_legend() is not None else []
+        texts += [axes.title, axes._left_title, axes._right_title]  # type: ignore[attr-defined]
+        legend = axes.get_legend()
+        legends += [legend] if legend is not None else []
         data = [*axes.lines, *axes.patches, *axes.collections, *axes.images]
         for index, artist in enumerate(data):
             artist.set_gid(f"{name}-data-{panel}-{index}")
@@ -291,7 +295,7 @@ def _shown(value: Any) -> Any:
 def _change(before: dict[str, Any], after: dict[str, Any], key: str) -> Any:
     a, b = before.get(key), after.get(key)
     numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (a, b))
-    return b - a if numbers else ""
+    return b - a if numbers and a is not None and b is not None else ""
 
 
 def _summary(data: dict[str, Any]) -> str:

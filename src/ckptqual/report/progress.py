@@ -102,15 +102,16 @@ class Progress:
     def say(self, line: str) -> None:
         """Prints a line above the live line (cleared first, drawn again after)."""
         with self._lock:
-            if self._shown:
+            if self._shown and self.redraw is not None:
                 self.redraw("")
             self._say(line)
             self._draw()
 
     def _draw(self) -> None:
-        self._shown = self.redraw is not None and self.current is not None
-        if self._shown:
-            self.redraw(self.live.text(self.current, self.latest, self.clock()))
+        redraw, current = self.redraw, self.current
+        self._shown = redraw is not None and current is not None
+        if redraw is not None and current is not None:
+            redraw(self.live.text(current, self.latest, self.clock()))
 
     def sample(self, sample: dict[str, Any]) -> None:
         with self._lock:
@@ -129,7 +130,7 @@ class Progress:
         """Clears the live line, however the pass ended (written, failed, interrupted)."""
         with self._lock:
             self.current = None
-            if self._shown:
+            if self._shown and self.redraw is not None:
                 self.redraw("")
             self._shown = False
 

@@ -64,8 +64,7 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
     lines += _health_lines(data.get("health", {}))
     lines += [f"error: {error}" for error in data.get("errors", [])]
     lines += _left_lines(data)
-    if data.get("verdict"):
-        verdict = recorded_verdict(data)
+    if (verdict := recorded_verdict(data)) is not None:
         basis = f" ({'; '.join(verdict.basis)})" if verdict.basis else ""
         lines.append(f"verdict: {verdict.overall}{basis}")
         lines += [f"  {reason}" for reason in verdict.reasons]

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ckptqual.report.extract import Run
 from ckptqual.report.figures import Drawn, _figure
 from ckptqual.report.headlines import Headline, headline_key, headlines
 from ckptqual.report.labels import model_of
+
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
+    from matplotlib.axes import Axes
 
 MIN_RUNS = 3  # two runs are a comparison (the side-by-side section); three or more make a trend
 _COLUMNS = 3
@@ -54,7 +59,7 @@ def over_time(runs: Sequence[Run]) -> Drawn:
         axes.set_xticks(range(len(ordered)), [_tick(run) for run in ordered], fontsize="x-small", rotation=30)
         axes.set_xlim(-0.5, len(ordered) - 0.5)
         axes.set_ylim(bottom=0)
-    entries = {}
+    entries: dict[str, Artist] = {}
     for axes in figure.axes:
         handles, labels = axes.get_legend_handles_labels()
         entries.update(zip(labels, handles, strict=True))
@@ -63,7 +68,7 @@ def over_time(runs: Sequence[Run]) -> Drawn:
     return Drawn(name, title, figure)
 
 
-def _draw(axes: object, points: list[tuple[int, Headline]], failed: list[int], runs: Sequence[Run]) -> None:
+def _draw(axes: Axes, points: list[tuple[int, Headline]], failed: list[int], runs: Sequence[Run]) -> None:
     """The figure's means joined by a line, whiskers from lowest to highest, the limit of each run as a dash, and a
     red ring with its verdict on each run that did not qualify."""
     xs = [index for index, _ in points]

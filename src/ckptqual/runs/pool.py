@@ -77,10 +77,10 @@ class Pool(ABC):
         """The plan of every rank for a new task (None each where the task has none); fails once stopped."""
         if self.stopped:
             raise RankFailure(f"not run: the ranks were stopped after {self.stopped}", "not-run")
-        plans = plans if plans is not None else (None,) * self.ranks
-        if len(plans) != self.ranks:
-            raise ValueError(f"plan has {len(plans)} ranks, pool has {self.ranks}")
-        return plans
+        per_rank: tuple[RankPlan | None, ...] = plans if plans is not None else (None,) * self.ranks
+        if len(per_rank) != self.ranks:
+            raise ValueError(f"plan has {len(per_rank)} ranks, pool has {self.ranks}")
+        return per_rank
 
     def __enter__(self) -> Pool:
         return self
@@ -143,20 +143,21 @@ class RankPool(Pool):
         options: dict[str, Any] | None = None,
     ) -> CheckpointTiming:
         """Every rank does `op` (on its plan, if any) from a common start; the slowest rank's end is the time."""
-        plans = self._plans(plans)
+        per_rank = self._plans(plans)
         with self._lock:
             if self._barrier.broken:  # a rank broke it to release the others after its task failed (runs.save)
                 self._barrier.reset()
             try:
                 tasks = [
-                    Task(op, checkpoint, str(directory), plan, options or {}, self.sampler, self.root) for plan in plans
+                    Task(op, checkpoint, str(directory), plan, options or {}, self.sampler, self.root)
+                    for plan in per_rank
                 ]
                 self._send_all(what, tasks)
                 replies = self._collect(what)
             except (KeyboardInterrupt, SystemExit):
                 self.close(grace_s=0)
                 raise
-        return CheckpointTiming(rank_timings(replies, plans), host_use(self.sampler, replies))
+        return CheckpointTiming(rank_timings(replies, per_rank), host_use(self.sampler, replies))
 
     def _send_all(self, what: str, tasks: list[Task]) -> None:
         """Hands every rank its task; a rank that died while idle stops the pool with its rank, PID and exit code."""

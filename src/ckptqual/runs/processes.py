@@ -63,5 +63,6 @@ def end_processes(procs: list[mp.process.BaseProcess]) -> list[str]:
             proc.join(max(0.0, deadline - time.monotonic()))
         procs = [proc for proc in procs if proc.is_alive()]
     for proc in procs:
-        mp.process._children.discard(proc)  # multiprocessing joins its children at exit; this one may never end
+        # multiprocessing joins its children at exit; this one may never end. Its set of them is private: no stubs
+        mp.process._children.discard(proc)  # type: ignore[attr-defined]
     return [f"{p.name} (PID {p.pid}, {_STATES.get(process_state(p.pid), '?')}) did not end on SIGKILL" for p in procs]

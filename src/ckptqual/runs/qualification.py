@@ -216,7 +216,7 @@ class Qualification:
             return tuple(
                 j.outcome
                 for name, value, unit in fill_measurements(result)
-                for j in judge(limits, name, value, unit, context, baselines, settings.scale, bound, served)
+                for j in judge(limits, name, value, unit, context, baselines, bound, served)
             )
 
         return lambda result: stop_reason(result, earlier, outcomes)
@@ -345,7 +345,6 @@ class Qualification:
                 MEASUREMENTS[name].unit,
                 context,
                 baselines,
-                settings.scale,
                 self._host_bound.pop(name, None),
                 self.served_baselines,
                 self._waits.get(name),
@@ -390,9 +389,7 @@ class Qualification:
         try:
             after = health.snapshot(self.identity)
             settings = self.settings
-            checked = check_health(
-                settings.thresholds.limits, settings.scale, self.health_before, after, self.written.to_dict()
-            )
+            checked = check_health(settings.thresholds.limits, self.health_before, after, self.written.to_dict())
         except Exception as error:  # whatever broke, the target is still cleaned up
             self.events.error(f"the drive's health after the run could not be read: {error!r}")
             return

@@ -36,7 +36,7 @@ def write_sequential(io: RankIO, task: _Task) -> int:
     try:
         with open(io.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb", buffering=0) as file:
             for offset in range(0, size, io.chunk_bytes):
-                file.write(io.buffer[: min(io.chunk_bytes, size - offset)])
+                file.write(io.buffer[: min(io.chunk_bytes, size - offset)].data)
             io.stage = "fsync"
             os.fsync(file.fileno())
     except OSError as error:
@@ -48,7 +48,7 @@ def write_sequential(io: RankIO, task: _Task) -> int:
 def read_sequential(io: RankIO, task: _Task) -> int:
     """Reads the rank's raw file sequentially to the end; returns the bytes read."""
     total = 0
-    view = memoryview(io.buffer)
+    view = io.buffer.data
     with open(io.open(raw_path(Path(task.directory), io.rank), os.O_RDONLY), "rb", buffering=0) as file:
         while count := file.readinto(view):
             total += count

@@ -46,6 +46,8 @@ def write_checkpoint_files(io: RankIO, task: Task) -> int:
     """
     engine = make_engine(task.options["engine"])
     directory, plan = Path(task.directory), task.plan
+    if plan is None:
+        raise ValueError(f"the write of checkpoint {task.checkpoint} into {directory} came without the rank's plan")
     paths = [directory / spec.path for spec in plan.files]
     io.begin("mkdir")
     for parent in sorted({directory} | {path.parent for path in paths}):

@@ -70,16 +70,24 @@ def run_task(io: RankIO, task: Task, barrier: Any) -> dict[str, Any]:
     io.barrier = barrier
     try:
         barrier.wait()
+        sampler = task.sampler
+        if sampler is None:
+            raise ValueError(f"the {task.op} task came without the host sampler that marks its start and end")
         with task.run_root().open() as io.tree:  # opened untimed, before the common start
-            first, threads = task.sampler.mark(), own_threads()
+            first, threads = sampler.mark(), own_threads()
             io.begin(task.op)
             cpu_start = time.process_time()
             moved = _OPERATIONS[task.op](io, task)
             cpu_s = time.process_time() - cpu_start
             phases = io.end_phases()
             waits = between(threads, own_threads(), time.monotonic() - first.wall)  # host.waits: who waited for what
-            last = task.sampler.mark()
-            reply = {"start": first.wall, "end": last.wall, "bytes": moved, "payload_cpu_s": io.payload_cpu_s}
+            last = sampler.mark()
+            reply: dict[str, Any] = {
+                "start": first.wall,
+                "end": last.wall,
+                "bytes": moved,
+                "payload_cpu_s": io.payload_cpu_s,
+            }
             reply |= {"cpu_s": cpu_s, "marks": (first, last), "waits": waits.to_dict(), "phases": phases}
             return reply | (_AFTER_TIMING[task.op](io, task) if task.op in _AFTER_TIMING else {})
     except Exception as error:

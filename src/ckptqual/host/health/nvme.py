@@ -108,8 +108,8 @@ def _not_a_counter(output: Output, data: dict[str, Any], key: str) -> str:
 def _json(output: Output) -> tuple[dict[str, Any] | None, str]:
     """The object nvme-cli printed, or None and why there is none."""
     why = failure(output)
-    if why is not None:
-        return None, why
+    if why is not None or output.text is None:  # failure() names any output without text
+        return None, why or f"{output.command} printed nothing"
     try:
         data = json.loads(output.text)
     except json.JSONDecodeError as error:

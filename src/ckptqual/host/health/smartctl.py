@@ -118,7 +118,8 @@ def _ata(data: dict[str, Any]) -> Counters:
     found = []
     for index, attribute in enumerate(table):
         where = ("ata_smart_attributes", "table", index)
-        name = ATA_ATTRIBUTES.get(_whole(_at(attribute, "id", where=where), (*where, "id")))
+        number = _whole(_at(attribute, "id", where=where), (*where, "id"))
+        name = ATA_ATTRIBUTES.get(number) if number is not None else None
         raw = _whole(_at(attribute, "raw", "value", where=where), (*where, "raw", "value")) if name else None
         if name and raw is not None:
             found.append((name, raw))
@@ -135,8 +136,9 @@ def _scsi(data: dict[str, Any]) -> Counters:
         _whole(_at(data, *where, side, "total_uncorrected_errors"), (*where, side, "total_uncorrected_errors"))
         for side in ("read", "write")
     ]
-    if all(count is not None for count in uncorrected):
-        found.append(("media_errors", sum(uncorrected)))
+    counted = [count for count in uncorrected if count is not None]
+    if len(counted) == len(uncorrected):
+        found.append(("media_errors", sum(counted)))
     processed = _at(data, *where, "write", "gigabytes_processed")
     if processed is not None:
         try:

@@ -53,7 +53,8 @@ class RankIO:
 
     def __post_init__(self) -> None:
         self.phases: dict[str, float] = {}
-        self._phase, self._phase_start = "", None  # the stage begun last, and when (None: none timed)
+        self._phase = ""  # the stage begun last
+        self._phase_start: float | None = None  # when it began (None: none timed)
         self.buffer = np.empty(self.chunk_bytes, dtype=np.uint8)
         self._spare = np.empty(0, dtype=np.uint8)
         self._expected = np.empty(0, dtype=np.uint8)

@@ -168,7 +168,7 @@ def metadata_bytes(layout: DcpLayout, checkpoint_id: str, save: str) -> bytes:
         storage[index] = _StorageInfo(name, at, length)  # one str per file, as torch's: the pickle memoizes it
         offsets[(chunk.rank, chunk.file)] = at + length
     metadata = Metadata(
-        state_dict_metadata=state,
+        state_dict_metadata=dict(state),
         planner_data={name: (name,) for name in state},
         storage_data=storage,
         storage_meta=StorageMeta(checkpoint_id=Path(checkpoint_id), save_id=save),
@@ -219,10 +219,15 @@ class _WindowPlanner(DefaultLoadPlanner):
         self._windows = windows
 
     def create_local_plan(self) -> LoadPlan:
+        if self.metadata is None:
+            raise RuntimeError("a load plan is made only after set_up_planner gave the planner the metadata")
         items = []
         for name, (start, count) in self._windows.items():
             chunk = ChunkStorageMetadata(torch.Size([start]), torch.Size([count]))
-            items += create_read_items_for_chunk_list(name, self.metadata.state_dict_metadata[name], [chunk])
+            stored = self.metadata.state_dict_metadata[name]
+            if not isinstance(stored, TensorStorageMetadata):
+                raise ValueError(f"{name}: the checkpoint holds bytes there, not a tensor to read a window of")
+            items += create_read_items_for_chunk_list(name, stored, [chunk])
         return LoadPlan(items)
 
     def lookup_tensor(self, index: MetadataIndex) -> torch.Tensor:

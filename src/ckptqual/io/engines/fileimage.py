@@ -150,7 +150,7 @@ class FileImage:
             start_writeback(self.fd, offset, data.nbytes)
 
     def _pwrite(self, data: np.ndarray, offset: int) -> None:
-        view = memoryview(data)
+        view = data.data
         while view.nbytes:
             written = os.pwrite(self.fd, view, offset)
             view, offset = view[written:], offset + written

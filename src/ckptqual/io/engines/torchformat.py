@@ -17,6 +17,7 @@ import pickle
 import struct
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any, SupportsIndex
 
 import torch
 
@@ -60,9 +61,9 @@ class _TensorRef:
     def __init__(self, storage: _StorageRef) -> None:
         self.storage = storage
 
-    def __reduce_ex__(self, protocol: int) -> tuple:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple:
         spec = self.storage.spec
-        args = (self.storage, 0, (spec.numel,), (1,), False, OrderedDict())
+        args: tuple[Any, ...] = (self.storage, 0, (spec.numel,), (1,), False, OrderedDict())
         if _typed_storage_name(spec.dtype) is None:
             return torch._utils._rebuild_tensor_v3, (*args, getattr(torch, spec.dtype))
         return torch._utils._rebuild_tensor_v2, args

@@ -77,7 +77,8 @@ def address(array: np.ndarray) -> int:
     """Where a contiguous, non-empty array's bytes start: through ctypes for a writable one (a fifth of the cost of
     numpy's `.ctypes`, which a call per small tensor feels), else through numpy."""
     if array.flags.writeable:
-        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+        # numpy's stubs give ndarray the buffer protocol only for Python 3.12+; `array.data` would cost a memoryview
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))  # type: ignore[arg-type]
     return array.ctypes.data
 
 

@@ -98,7 +98,8 @@ class KvikioReader:
 
     def _register(self, kvikio: Any) -> None:
         """Registers the device buffers with cuFile, as gdsio does; a refusal is recorded, not fatal."""
-        whole = self._device.view(0, self._device.nbytes)
+        device = self._device_memory()
+        whole = device.view(0, device.nbytes)
         try:
             kvikio.memory_register(whole)
         except Exception as error:
@@ -123,11 +124,11 @@ class KvikioReader:
             "memory": "host" if self._host else "device",
         }
         if self.transfer == "gpu-direct":
-            import kvikio.cufile_driver
+            from kvikio import cufile_driver
 
             settings |= {
-                "cufile_allow_compat_mode": bool(kvikio.cufile_driver.get("allow_compat_mode")),
-                "gds_available": bool(kvikio.cufile_driver.get("is_gds_available")),
+                "cufile_allow_compat_mode": bool(cufile_driver.get("allow_compat_mode")),
+                "gds_available": bool(cufile_driver.get("is_gds_available")),
                 "nvidia_fs_loaded": gpu.nvidia_fs_loaded(),
                 "buffers_registered": self._registered,
                 "register_problem": self._register_problem,
@@ -136,13 +137,21 @@ class KvikioReader:
 
     def submit(self, job: int, slot: int, offset: int) -> _Pending:
         index = job * self._slots + slot
-        buffer = self._host.view(index) if self._host else self._device.view(index * self._block, self._block)
+        buffer = self._host.view(index) if self._host else self._device_memory().view(index * self._block, self._block)
         issued = time.perf_counter_ns()
         return _Pending(self._files[job].pread(buffer, self._block, offset, self._block), issued)
 
     def host_copy(self, job: int, slot: int) -> np.ndarray:
         index = job * self._slots + slot
-        return self._host.view(index) if self._host else self._device.to_host(index * self._block, self._block)
+        return self._host.view(index) if self._host else self._device_memory().to_host(index * self._block, self._block)
+
+    def _device_memory(self) -> gpu.DeviceMemory:
+        """The device buffers, made by open() where the reads land in GPU memory."""
+        if self._device is None:
+            raise RuntimeError(
+                f"the {self.transfer} reader has no device buffers: read only between open() and close()"
+            )
+        return self._device
 
     def settings(self) -> dict[str, Any]:
         return dict(self._settings)

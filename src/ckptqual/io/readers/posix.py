@@ -56,7 +56,7 @@ def _pread_full(fd: int, view: np.ndarray, offset: int) -> tuple[int, int, int]:
     done = 0
     size = view.nbytes
     while done < size:
-        count = os.preadv(fd, [view[done:]], offset + done)
+        count = os.preadv(fd, [view[done:].data], offset + done)
         if count == 0:
             break
         done += count
@@ -115,7 +115,7 @@ class PosixReader:
                 raise
             return f"O_DIRECT open refused on {path.parent} ({error.strerror}); reading buffered"
         try:
-            os.preadv(fd, [self._buffers.view(0)[:ALIGN_BYTES]], 0)
+            os.preadv(fd, [self._opened().view(0)[:ALIGN_BYTES].data], 0)
         except OSError as error:
             if error.errno != errno.EINVAL:
                 raise
@@ -123,6 +123,12 @@ class PosixReader:
         finally:
             os.close(fd)
         return None
+
+    def _opened(self) -> HostBuffers:
+        """The read buffers, made by open()."""
+        if self._buffers is None:
+            raise RuntimeError("the posix reader reads only between open() and close()")
+        return self._buffers
 
     def _start_pool(self) -> ThreadPoolExecutor:
         """The pool behind `submit`, started on first use with all its threads, so no read pays for their creation."""
@@ -136,7 +142,7 @@ class PosixReader:
         return self._pool
 
     def submit(self, job: int, slot: int, offset: int) -> _Pending:
-        view = self._buffers.view(job * self._slots + slot)
+        view = self._opened().view(job * self._slots + slot)
         return _Pending(self._start_pool().submit(_pread_full, self._fds[job], view, offset))
 
     def read_cell(self, offsets: Sequence[Sequence[int]], slots: int, check_block: CheckBlock | None) -> CellReads:
@@ -149,6 +155,9 @@ class PosixReader:
         """The cell in psync_cell.c's threads. The call runs in a thread of its own, so that an interrupt (Ctrl-C,
         SIGTERM) still reaches this one at once: it asks the native workers to stop, waits for the reads in flight
         (no buffer or file may go away under them), and goes on."""
+        native, buffers = self._native, self._opened()
+        if native is None:
+            raise RuntimeError(f"the native psync loop is not loaded: {self.native_problem}")
         jobs = len(offsets)
         counts = np.array([len(mine) for mine in offsets], dtype=np.int64)
         most = int(counts.max(initial=0))
@@ -165,7 +174,8 @@ class PosixReader:
             """Checks a job's finished batch (C calls it, ctypes takes the GIL); nonzero stops the cell."""
             try:
                 for slot, offset in enumerate(offsets[job][first:end]):
-                    check_block(job, offset, self._buffers.view(job * slots + slot))
+                    if check_block is not None:  # else the callback is NULL: never called
+                        check_block(job, offset, buffers.view(job * slots + slot))
             except BaseException as error:  # an exception must not end in ctypes' callback (it would be lost)
                 problems.append(error)
                 return 1
@@ -175,10 +185,10 @@ class PosixReader:
             try:
                 int64 = psync_kernel.INT64_P
                 outcome.append(
-                    self._native.cell(
+                    native.cell(
                         *(fds.ctypes.data_as(psync_kernel.INT32_P), table.ctypes.data_as(int64)),
                         *(counts.ctypes.data_as(int64), jobs, table.shape[1], slots, self._block),
-                        *(self._buffers.array.ctypes.data, self._threads, latencies.ctypes.data_as(int64)),
+                        *(buffers.array.ctypes.data, self._threads, latencies.ctypes.data_as(int64)),
                         *(issued.ctypes.data_as(int64), bytes_per_job.ctypes.data_as(int64), callback),
                         ctypes.byref(stop_asked),
                         ctypes.byref(result),
@@ -220,10 +230,12 @@ class PosixReader:
     def _python_cell(self, offsets: Sequence[Sequence[int]], slots: int, check_block: CheckBlock | None) -> CellReads:
         """The cell in Python threads: each pread costs several microseconds of Python, under the one GIL."""
         schedule = _Schedule(offsets, slots)
-        iovecs = [[self._buffers.view(index)] for index in range(len(offsets) * slots)]
+        views = [self._opened().view(index) for index in range(len(offsets) * slots)]
+        iovecs = [[view.data] for view in views]
         latencies = np.zeros((len(offsets), max(map(len, offsets), default=0)), dtype=np.int64)
         read_bytes = [[0] * len(offsets) for _ in range(self._threads)]  # per worker, so no two threads add to one
-        finished, started, errors = [0] * self._threads, [], []
+        finished, started = [0] * self._threads, []
+        errors: list[BaseException] = []
 
         def work(worker: int) -> None:
             barrier.wait()
@@ -242,7 +254,7 @@ class PosixReader:
                     try:
                         got = preadv(fds[job], iovec, offset)
                         if 0 < got < block:  # a short read: finish it as _pread_full does
-                            got = _pread_full(fds[job], iovec[0], offset)[0]
+                            got = _pread_full(fds[job], views[job * slots + index % slots], offset)[0]
                     except OSError as error:
                         raise ReadError(f"job {job} offset {offset}: {error}") from error
                     latencies[job, index] = clock() - issued
@@ -253,7 +265,7 @@ class PosixReader:
                     if batch is not None:
                         if check_block is not None:
                             for slot, checked in enumerate(offsets[job][batch[0] : batch[1]]):
-                                check_block(job, checked, iovecs[job * slots + slot][0])
+                                check_block(job, checked, views[job * slots + slot])
                         schedule.release(job, batch, checked=check_block is not None)
             except BaseException as error:
                 errors.append(error)
@@ -273,7 +285,7 @@ class PosixReader:
         return CellReads(per_job, latencies, started[0], max(finished), schedule.verified)
 
     def host_copy(self, job: int, slot: int) -> np.ndarray:
-        return self._buffers.view(job * self._slots + slot)
+        return self._opened().view(job * self._slots + slot)
 
     def settings(self) -> dict[str, Any]:
         return {

@@ -92,7 +92,7 @@ def write_files(root: RunRoot, paths: list[Path], file_bytes: int, seed: int) ->
                 for offset in range(0, file_bytes, chunk.nbytes):
                     part = chunk[: min(chunk.nbytes, file_bytes - offset)]
                     payload.fill(part, SWEEP_CHECKPOINT, job, job, 0, offset)
-                    file.write(part)
+                    file.write(part.data)
                 os.fsync(file.fileno())
             cache.evict(tree, path)
 

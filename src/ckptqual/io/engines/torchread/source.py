@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +39,7 @@ class FileSource:
         pread_exactly(self._fd, chunk, offset, self._label)
         return chunk
 
-    def chunks(self, spans: Iterable[tuple[int, int]], ahead: tuple[np.ndarray, Lanes] | None) -> Iterator[np.ndarray]:
+    def chunks(self, spans: Iterable[tuple[int, int]], ahead: tuple[np.ndarray, Lanes] | None) -> Generator[np.ndarray]:
         """The bytes of each (offset, length) span in turn, each a view valid until the next. `ahead`: a spare
         buffer like `buffer` and lanes whose helper reads the next span into one while the other is checked."""
         if ahead is None or ahead[1].count == 1 or self._whole is not None:
@@ -57,6 +57,8 @@ class FileSource:
                 in_flight = helpers.submit(pread_exactly, self._fd, buffers[turn][: nxt[1]], nxt[0], self._label)
             while nxt is not None:
                 length = nxt[1]
+                if in_flight is None:
+                    raise RuntimeError(f"{self._label}: the span at {nxt[0]} was taken before its read was submitted")
                 in_flight.result()  # raises the read's error
                 ready, in_flight = buffers[turn][:length], None
                 nxt, turn = next(pending, None), 1 - turn
@@ -72,7 +74,7 @@ class FileSource:
 def pread_exactly(fd: int, chunk: np.ndarray, file_offset: int, path: Path | str) -> None:
     """Fills `chunk` from `file_offset`; a failed read is a ReadBackError, an early end of file an IntegrityError."""
     done = 0
-    view = memoryview(chunk)
+    view = chunk.data
     while done < chunk.nbytes:
         try:
             count = os.preadv(fd, [view[done:]], file_offset + done)
