@@ -151,7 +151,7 @@ def _advice(run: RunSettings, parts: set[str], free: int, ceilings: dict[str, Ce
 
 def _above_ceiling(run: RunSettings, ceilings: dict[str, Ceiling]) -> list[str]:
     """The absolute minimums of `run` this host cannot measure (check_ceiling's lines; none over several nodes)."""
-    return limits_above(run.thresholds.limits, ceilings, run.scale) if run.nodes <= 1 else []
+    return limits_above(run.thresholds.limits, ceilings) if run.nodes <= 1 else []
 
 
 def _leftovers_text(run: RunSettings) -> str:

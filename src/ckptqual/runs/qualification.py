@@ -127,6 +127,8 @@ class Qualification:
         process at --controller (runs.cluster)."""
         settings, ranks = self.settings, len(self.settings.plan.ranks)
         if settings.nodes > 1:
+            if settings.controller is None or settings.secret_file is None:  # resolve_settings requires both
+                raise ValueError(f"--nodes {settings.nodes} came without --controller or --secret-file")
             args = (settings.controller, settings.nodes, ranks, settings.seed, self.run_dir, settings.secret_file)
             return NodePool(*args, settings.rank_timeout_s, sampler=sampler)
         lanes = share_of(ranks, drive_share(usable_cores(), settings.drives_at_once))
@@ -275,6 +277,8 @@ class Qualification:
     def _layout_plans(self) -> tuple:
         """Each new rank's reads for --restore-layout (runs.reshard), made once."""
         settings = self.settings
+        if settings.restore_layout is None:
+            raise ValueError("the restore's layout plans were asked for without --restore-layout")
         args = (settings.workload, settings.scale, settings.plan, settings.restore_layout, settings.checkpoint_engine)
         return reshard.layout_plans(*args)
 

@@ -97,6 +97,8 @@ def _overlap(start: int, numel: int, need: Need) -> tuple[int, int] | None:
 def _dcp_reads(plan: DcpRankPlan, needs: list[Need]) -> list[Read]:
     """The whole item of every chunk overlapping a need (as DCP's resharding load reads it)."""
     layout = plan.layout
+    if layout is None:
+        raise ValueError(f"rank {plan.rank}'s DCP plan came without the checkpoint's layout")
     places: dict[tuple[int, int, int], int] = {}
     ends: dict[tuple[int, int], int] = {}
     for chunk in layout.chunks:

@@ -13,6 +13,8 @@ from ckptqual.runs.task import Task
 def stage_to_host(io: RankIO, task: Task) -> int:
     """Rank side: copies as many bytes as the rank's plan holds from its state (the rank's payload buffer) into
     host memory, chunk by chunk; returns the bytes copied."""
+    if task.plan is None:
+        raise ValueError(f"the staging of checkpoint {task.checkpoint} came without the rank's plan")
     total = task.plan.nbytes
     source, staged = io.buffer, np.empty_like(io.buffer)
     source[:] = 0x5A  # the source's pages are touched once, so the copy is not of the zero page
