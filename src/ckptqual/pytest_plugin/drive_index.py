@@ -11,10 +11,10 @@ import pytest
 
 from ckptqual.host.topology import disks_under, shared_disks, shared_parents
 from ckptqual.limits.verdict import RunVerdict, combined_verdict
+from ckptqual.pytest_plugin.drive_run import DriveRun
 from ckptqual.pytest_plugin.drives import gathered_rows
 from ckptqual.pytest_plugin.held import session_of
 from ckptqual.pytest_plugin.junit import report_health, report_verdict
-from ckptqual.pytest_plugin.options import DriveRun
 from ckptqual.report.drives import drive_row, drives_index, shared_host
 from ckptqual.report.record import RunRecord
 

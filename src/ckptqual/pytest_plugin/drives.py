@@ -5,7 +5,6 @@ tests one work unit of one worker; the workers' results come back to the control
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,9 @@ import pytest
 from ckptqual.config.drives import drive_targets
 from ckptqual.config.run_settings import RunSettings
 from ckptqual.config.values import SettingsError
+from ckptqual.pytest_plugin.drive_run import DriveRun
 from ckptqual.pytest_plugin.held import session_of
-from ckptqual.pytest_plugin.options import DRIVE, DriveRun, drive_runs
+from ckptqual.pytest_plugin.options import DRIVE, drive_of, drive_runs
 
 DRIVE_ARG = "ckptqual_drive"
 _ROWS_KEY, _SELECTED_KEY, _CRASHED_KEY = "ckptqual_drives", "ckptqual_selected", "ckptqual_crashed"
@@ -209,10 +209,3 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
         return DriveScheduling(config, log)
     return None
-
-
-def drive_of(nodeid: str, config: pytest.Config) -> str | None:
-    """The label of the drive whose label opens the test's id (`nvme1` in `...::test_fill_pass[nvme1-2]`), if any."""
-    match = re.search(r"\[([A-Za-z0-9_.]+)[-\]]", nodeid.rsplit("::", 1)[-1])
-    labels = {run.label for run in drive_runs(config)}
-    return match.group(1) if match and match.group(1) in labels else None

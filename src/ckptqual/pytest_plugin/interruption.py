@@ -7,9 +7,10 @@ import pytest
 
 from ckptqual.host import gpu
 from ckptqual.limits.limits import Outcome
+from ckptqual.pytest_plugin.drive_run import DriveRun
 from ckptqual.pytest_plugin.held import session_of
 from ckptqual.pytest_plugin.junit import LINE_PROPERTY, report_case
-from ckptqual.pytest_plugin.options import DRIVE, DriveRun
+from ckptqual.pytest_plugin.options import DRIVE
 from ckptqual.pytest_plugin.run import SUBJECT
 
 

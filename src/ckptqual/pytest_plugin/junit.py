@@ -30,7 +30,7 @@ from ckptqual.pytest_plugin.held import session_of
 
 if TYPE_CHECKING:
     from ckptqual.limits.verdict import RunVerdict
-    from ckptqual.pytest_plugin.session import QualificationSession
+    from ckptqual.pytest_plugin.held import SessionState
 
 VERDICT_NODEID = "ckptqual::verdict"
 LINE_PROPERTY = "ckptqual.line"  # a test case's one line, copied into its <system-out>
@@ -53,7 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.option.xmlpath = str(held.pytests_junit)
 
 
-def remove_private_copy(held: QualificationSession) -> None:
+def remove_private_copy(held: SessionState) -> None:
     """Removes the private directory pytest's XML went to (and the XML, if still there)."""
     written = held.pytests_junit
     if written is not None:

@@ -3,8 +3,9 @@ the space check and the check of the limits against the suite's own ceiling."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,59 +15,12 @@ from ckptqual.config.drives import drive_targets
 from ckptqual.config.table import SETTINGS, add_options
 from ckptqual.config.values import SettingsError
 from ckptqual.host import gpu
+from ckptqual.pytest_plugin.drive_run import DriveRun
 from ckptqual.pytest_plugin.held import session_of
 from ckptqual.pytest_plugin.junit import junit_path
 
 if TYPE_CHECKING:  # the run's own modules load when a drive is qualified, not with the plugin
     from ckptqual.config.run_settings import RunSettings
-    from ckptqual.limits.ceiling import Ceiling
-    from ckptqual.limits.verdict import RunVerdict
-    from ckptqual.report.record import RunRecord
-    from ckptqual.runs.qualification import Qualification
-
-
-@dataclass
-class DriveRun:
-    """One drive of the run: its label (None when the run has one drive), its settings and, once begun in this
-    process, its record, qualification and verdict; `problem`: why it cannot run (its target refused or too small),
-    which fails only its own tests."""
-
-    label: str | None
-    settings: RunSettings
-    problem: str | None = None
-    record: RunRecord | None = None
-    qualification: Qualification | None = None
-    verdict: RunVerdict | None = None
-    ceiling: dict | None = None  # the suite's own ceiling on this host, for the record (runs.calibration)
-
-    def begin(self) -> RunRecord:
-        """The drive's record, begun the first time it is asked for, before its run touches the target."""
-        from ckptqual.report.record import RunRecord
-
-        if self.record is None:
-            self.record = RunRecord.begin(self.settings)
-            if self.ceiling is not None:
-                self.record.ceiling(self.ceiling)
-        return self.record
-
-    @property
-    def begun(self) -> RunRecord:
-        """The record of a drive whose run has begun: the steps after its tests take only those."""
-        if self.record is None:
-            raise RuntimeError(f"the record of drive {self.label or self.settings.target} was read before it began")
-        return self.record
-
-    def check_ceiling(self) -> dict[str, Ceiling]:
-        """Measures the suite's own speed on memory, records the ceiling it gives this drive and refuses (SettingsError)
-        an absolute minimum above it; before any I/O on the target. Returns each phase's ceiling."""
-        from ckptqual.config.space import check_ceiling
-        from ckptqual.runs.calibration import measure_ceiling  # loads the engines (torch among them)
-
-        self.ceiling, ceilings = measure_ceiling(self.settings.engine, self.settings.drives_at_once)
-        if self.record is not None:
-            self.record.ceiling(self.ceiling)
-        check_ceiling(self.settings, ceilings)
-        return ceilings
 
 
 DRIVE = pytest.StashKey[DriveRun]()  # the drive a qualification test qualifies
@@ -226,3 +180,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         at_once = max(1, min(sum(run.problem is None for run in runs), _workers(config)))
         for run in runs:
             run.settings = replace(run.settings, drives_at_once=at_once)
+
+
+def drive_of(nodeid: str, config: pytest.Config) -> str | None:
+    """The label of the drive whose label opens the test's id (`nvme1` in `...::test_fill_pass[nvme1-2]`), if any."""
+    match = re.search(r"\[([A-Za-z0-9_.]+)[-\]]", nodeid.rsplit("::", 1)[-1])
+    labels = {run.label for run in drive_runs(config)}
+    return match.group(1) if match and match.group(1) in labels else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from xdist.scheduler import LoadScopeScheduling
 
-from ckptqual.pytest_plugin.drives import drive_of
+from ckptqual.pytest_plugin.options import drive_of
 
 
 class DriveScheduling(LoadScopeScheduling):

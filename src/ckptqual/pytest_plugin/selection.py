@@ -6,7 +6,6 @@ QUALIFIED."""
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +15,8 @@ from _pytest.mark.expression import Expression
 
 from ckptqual.limits.verdict import PartRun
 from ckptqual.pytest_plugin.drives import DRIVE_ARG
-from ckptqual.pytest_plugin.held import session_of
+from ckptqual.pytest_plugin.held import Collected, session_of
 from ckptqual.pytest_plugin.run import subject_of
-
-
-@dataclass(frozen=True)
-class Collected:
-    """A collected qualification test: its drive's label (None where the run has one drive), part and subject;
-    `dropped`: how the selection dropped it, if it did."""
-
-    label: str | None
-    part: str
-    subject: str
-    dropped: str | None = None
 
 
 def _part_of(item: pytest.Item) -> str | None:

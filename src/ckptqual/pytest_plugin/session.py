@@ -1,26 +1,18 @@
-"""The QualificationSession: the one object that holds a pytest run's qualification state (its drives, what the
-selection did, the JUnit XML's additions, the workers' rows, the verdict) and ends the session in one visible order.
-The other modules of the plugin are wiring: their hooks read and fill this object (`held.session_of`)."""
+"""The QualificationSession: the one plugin object that owns a pytest run's qualification state (held.SessionState:
+its drives, what the selection did, the JUnit XML's additions, the workers' rows, the verdict) and ends the session in
+one visible order. The other modules of the plugin are wiring: their hooks read and fill that state (`session_of`)."""
 
 from __future__ import annotations
 
 from collections.abc import Generator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from ckptqual.pytest_plugin import benchmarks, hookspecs, junit
 from ckptqual.pytest_plugin.drives import is_worker, settle_drive_files
-from ckptqual.pytest_plugin.held import session_of
+from ckptqual.pytest_plugin.held import SESSION_PLUGIN, session_of
 from ckptqual.pytest_plugin.options import resolved_runs
-
-if TYPE_CHECKING:
-    from ckptqual.config.values import SettingsError
-    from ckptqual.limits.verdict import RunVerdict
-    from ckptqual.pytest_plugin.options import DriveRun
-    from ckptqual.pytest_plugin.selection import Collected
-    from ckptqual.runs.sweep.driver import SweepRun
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -30,7 +22,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Registers the session object before pytest's terminal reporter (see pytest_sessionfinish)."""
-    session_of(config)
+    config.pluginmanager.register(QualificationSession(config), SESSION_PLUGIN)
 
 
 class QualificationSession:
@@ -42,49 +34,20 @@ class QualificationSession:
         if not hasattr(config.hook, "pytest_ckptqual_verdict"):  # loaded without the plugin's entry point (-p ...)
             config.pluginmanager.add_hookspecs(hookspecs)
         self.session: pytest.Session | None = None
-        # the drives, resolved once (options.drive_runs), or why they could not be
-        self.drives: list[DriveRun] | SettingsError | None = None
-        self.refused: str | None = None  # why a run over one drive was refused at collection, before it started
-        self.collected: dict[str, Collected] = {}  # each qualification test a collected file defines (selection)
-        self.collected_count = 0  # the tests collected so far: each one's place in the collection (drives)
-        self.sweeps: dict[str | None, SweepRun] = {}  # each drive's read sweep, by label
-        self.cufile_log: str | None = None  # where ckptqual told cuFile to log
-        self.running: str | None = None  # the test running now (for an interrupted run's report)
-        self.interrupted_by: str | None = None  # the signal that interrupted the session, in words
-        # with several drives over xdist: each drive's row as its worker sent it, the drives some worker selected,
-        # and why a drive's verdict cannot stand (its worker died in one of its tests)
-        self.rows: dict[str, dict[str, Any]] = {}
-        self.selected: set[str] = set()
-        self.crashes: dict[str, str] = {}
-        self.index: dict[str, Any] | None = None  # the index of a run over several drives, once made
-        self.verdict: RunVerdict | None = None  # the run's verdict, once given
-        self.suite_properties: list[tuple[str, str]] = []  # added to the JUnit XML's test suite
-        self.junit_path: Path | None = None  # where the run's JUnit XML goes (--junitxml, resolved)
-        self.pytests_junit: Path | None = None  # where pytest writes it: a file in a directory of ckptqual's own
-        self.compared: list[dict[str, Any]] = []  # the saved benchmark runs this run is compared against
-        self.benchmark_rows: list[dict[str, Any]] = []  # this run's benchmarks and the saved ones, as compared
-
-    def records(self) -> dict[str | None, dict[str, Any]]:
-        """The record of each drive begun in this process, by label (None: the run's one drive)."""
-        return {run.label: run.record.data for run in resolved_runs(self.config) if run.record is not None}
+        self.state = session_of(config)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.session = session
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
-        self.running = item.nodeid
+        self.state.running = item.nodeid
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo) -> None:
         message = str(excinfo.value)
-        self.interrupted_by = message.removeprefix("signal ") if message.startswith("signal ") else "SIGINT (Ctrl-C)"
-
-    def interruption(self, exitstatus: int) -> str | None:
-        """What interrupted the session and during which test, in words; None when it was not interrupted."""
-        if exitstatus != pytest.ExitCode.INTERRUPTED:
-            return None
-        during = f" during {self.running}" if self.running else ""
-        return f"the run was interrupted by {self.interrupted_by or 'an interrupt'}{during}"
+        self.state.interrupted_by = (
+            message.removeprefix("signal ") if message.startswith("signal ") else "SIGINT (Ctrl-C)"
+        )
 
     # A wrapper registered after pytest-benchmark's plugin and before pytest's terminal reporter (pytest_configure):
     # pluggy calls the later registered first, so this wraps pytest-benchmark's (which saves before it yields) and is
@@ -101,7 +64,7 @@ class QualificationSession:
         if drives:  # a qualification: the modules of its verdict and report load now
             from ckptqual.pytest_plugin import report, verdicts
 
-            stopped = self.interruption(exitstatus)
+            stopped = self.state.interruption(exitstatus)
             runs = [run for run in drives if run.record is not None]
             for run in runs:
                 verdicts.close_run(session, run, stopped)
@@ -109,10 +72,10 @@ class QualificationSession:
                 run.verdict = verdicts.drive_verdict(session, run, stopped)
             for run in runs:
                 run.begun.save()
-            self.verdict = verdicts.run_verdict(session, runs, stopped)
-            if self.verdict is not None:
-                self.config.hook.pytest_ckptqual_verdict(session=session, verdict=self.verdict)
-            benchmarks.name_autosave(self.config, self.records())
+            self.state.verdict = verdicts.run_verdict(session, runs, stopped)
+            if self.state.verdict is not None:
+                self.config.hook.pytest_ckptqual_verdict(session=session, verdict=self.state.verdict)
+            benchmarks.name_autosave(self.config, self.state.records())
         result = yield
         junit.rewrite(session)
         if drives:
@@ -126,7 +89,7 @@ class QualificationSession:
         """After the other plugins' summaries (pytest-benchmark's table, shown only for -v or a comparison): the run's
         summary, then the benchmarks' rates compared with the saved run's, then a regression pytest-benchmark found
         as one failing line."""
-        records = self.records()
+        records = self.state.records()
         benchmarks.quiet_table(config, bool(records))
         try:
             yield
@@ -139,9 +102,9 @@ class QualificationSession:
             write_summary(terminalreporter, config)
         if regression is not None and not benchmarks.is_regression(regression):
             raise regression
-        benchmarks.write_comparison(terminalreporter, self.compared, self.benchmark_rows)
+        benchmarks.write_comparison(terminalreporter, self.state.compared, self.state.benchmark_rows)
         if regression is not None:
-            benchmarks.write_regressions(terminalreporter, config, self.benchmark_rows, regression)
+            benchmarks.write_regressions(terminalreporter, config, self.state.benchmark_rows, regression)
             if self.session is not None and self.session.exitstatus == pytest.ExitCode.OK:
                 self.session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -150,10 +113,10 @@ class QualificationSession:
         """After the workers ended: each drive's results file agrees with the controller's verdict; pytest's private
         JUnit directory goes; the verdict is the last line of the output, after pytest's own counts (a refused run's
         usage error, which pytest prints after this, repeats its fix below it)."""
-        if self.index is not None and not is_worker(config):
-            settle_drive_files(self.index)
-        junit.remove_private_copy(self)
-        if self.verdict is not None:
+        if self.state.index is not None and not is_worker(config):
+            settle_drive_files(self.state.index)
+        junit.remove_private_copy(self.state)
+        if self.state.verdict is not None:
             terminal = config.pluginmanager.get_plugin("terminalreporter")
             if terminal is not None:
-                terminal.write_line(self.verdict.line(), bold=True, red=self.verdict.overall != "QUALIFIED")
+                terminal.write_line(self.state.verdict.line(), bold=True, red=self.state.verdict.overall != "QUALIFIED")

@@ -18,11 +18,12 @@ from ckptqual.limits.verdict import (
     unmet_requirements,
 )
 from ckptqual.pytest_plugin.drive_index import report_drives
+from ckptqual.pytest_plugin.drive_run import DriveRun
 from ckptqual.pytest_plugin.drives import is_worker, selected_runs, send_rows
 from ckptqual.pytest_plugin.held import session_of
 from ckptqual.pytest_plugin.interruption import report_unfinished
 from ckptqual.pytest_plugin.junit import report_health, report_verdict
-from ckptqual.pytest_plugin.options import DriveRun, resolved_runs
+from ckptqual.pytest_plugin.options import resolved_runs
 from ckptqual.pytest_plugin.selection import part_runs
 from ckptqual.report.verdict import record_basis
 
