@@ -39,11 +39,12 @@ def uncounted(data: dict[str, Any]) -> str:
     """The basis's phrase for a run on the slow stand-in drive: none of its regions' device bytes counted, for the one
     reason its record gives (the loop device's backing file, named by the kernel, lies in memory)."""
     regions = [data["baseline"]["device"][kind] for kind in ("write", "read")]
-    regions += [[c["device"] for c in data["checkpoints"]], [r["device"] for r in data["restore"]]]
+    regions += [[c["device"] for c in data.get("checkpoints", [])], [r["device"] for r in data.get("restore", [])]]
+    names = SLOW_DRIVE_REGIONS.split(", ")[: 2 + bool(data.get("checkpoints")) + bool(data.get("restore"))]
     (reason,) = {device["not_countable"] for region in regions for device in region}
     assert NO_BLOCK_DEVICE in reason, reason
     rest = "so those figures rest on the page-cache checks alone"
-    return f"device bytes not counted ({SLOW_DRIVE_REGIONS}): {reason}, {rest}"
+    return f"device bytes not counted ({', '.join(names)}): {reason}, {rest}"
 
 
 def qualified(data: dict[str, Any], *phrases: str, last: str | None = None) -> dict[str, Any]:

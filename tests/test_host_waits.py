@@ -94,7 +94,7 @@ def test_a_many_threaded_figures_waits_read_as_seconds_a_second_in_results_junit
     text = waits_text(cell, "the sweep's process")
     assert text and words in text and "%" not in text
     rule = Limit("sweep_read_bandwidth", "GB/s", "test", min=5.0, number=1)
-    [judged] = judge([rule], rule.measurement, 1.0, "GB/s", {"cell": "cpu-only-8K-16"}, {}, 1.0, reason, waits=text)
+    [judged] = judge([rule], rule.measurement, 1.0, "GB/s", {"cell": "cpu-only-8K-16"}, {}, reason, waits=text)
     assert judged.to_dict()["waits"] == text  # the results' line
     assert f"[{text}]" in (judged.figure() or "")  # the JUnit line
     record = {"sweep": {"cells": [{"id": "cpu-only-8K-16", "cpu_s_per_GB": 1.0, "host": {"wait_share": 7.5 / 1.6}}]}}

@@ -7,13 +7,14 @@ place of the words made from the failed keyword), and `fix` what to do (text, or
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator, validators
-from jsonschema.exceptions import ValidationError, best_match
-from jsonschema.protocols import Validator
+if TYPE_CHECKING:  # jsonschema loads when a document is first checked, not with every module that names a key path
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
 
 _KINDS = {"number": "a number", "integer": "an integer", "string": "a string", "boolean": "true or false",
           "object": "an object", "array": "a list", "null": "null"}  # fmt: skip
@@ -38,17 +39,24 @@ def _is_integer(checker: Any, instance: Any) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-_TYPES = Draft202012Validator.TYPE_CHECKER.redefine_many({"number": _is_number, "integer": _is_integer})
-_CHECKER = validators.extend(Draft202012Validator, type_checker=_TYPES)
+@functools.cache
+def _validator_class() -> Any:
+    """JSON Schema 2020-12's validator with finite numbers and int integers."""
+    from jsonschema import Draft202012Validator, validators
+
+    types = Draft202012Validator.TYPE_CHECKER.redefine_many({"number": _is_number, "integer": _is_integer})
+    return validators.extend(Draft202012Validator, type_checker=types)
 
 
 def checker(schema: dict[str, Any]) -> Validator:
     """A validator of `schema` (JSON Schema 2020-12) whose numbers are finite and whose integers are ints."""
-    return _CHECKER(schema)
+    return _validator_class()(schema)
 
 
 def problem(validator: Validator, document: Any, root: str = "") -> str | None:
     """The line of the most telling thing wrong with `document`, its key path under `root`; None when nothing is."""
+    from jsonschema.exceptions import best_match
+
     error = best_match(validator.iter_errors(document))
     return None if error is None else line(error, root)
 

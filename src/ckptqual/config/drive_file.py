@@ -11,9 +11,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from jsonschema.protocols import Validator
+from typing import TYPE_CHECKING, Any
 
 from ckptqual.bounded import load_toml
 from ckptqual.config.table import PARTS, SETTINGS, Setting
@@ -24,6 +22,9 @@ from ckptqual.limits.limits import BASELINES, DRIVE_STATES, Limit, limits_for
 from ckptqual.limits.measurements import LIMITED, MEASUREMENTS
 from ckptqual.limits.units import UNITS, format_size, unit_kind
 from ckptqual.resources import named_files, read_text_file, resolve
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 MAX_FILE_BYTES = 1 << 20  # a drive file is a few dozen limits
 

@@ -129,7 +129,10 @@ class _Sweep:
             self.read_file_list(rel, fd)
         keys = [parts for parts in self.files if len(parts) == len(rel.parts) and _leads(rel.parts, parts)]
         declared = set().union(*(self.files[parts] for parts in keys))
-        return all([self.sweep_entry(rel / entry.name, entry, fd, declared) for entry in self.entries(rel, fd)])
+        # a directory's file list goes last: removal stopped part way (a frozen or failing drive) leaves what is left
+        # still listed, for `ckptqual clean`
+        entries = sorted(self.entries(rel, fd), key=lambda entry: entry.name == FILE_LIST)
+        return all([self.sweep_entry(rel / entry.name, entry, fd, declared) for entry in entries])
 
     def read_file_list(self, rel: PurePosixPath, fd: int) -> None:
         """Declares the files a listed directory's file list names, and the list."""

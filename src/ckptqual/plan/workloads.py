@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ckptqual.bounded import load_toml
 from ckptqual.documents import checker, problem
 from ckptqual.plan.formats import FORMATS
 from ckptqual.plan.model import DTYPE_BYTES, CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.resources import named_files, read_text_file, resolve
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 WORKLOAD_DIR = "fixtures/workloads"
 MAX_FILE_BYTES = 1 << 20  # a workload file is a few dozen lines
@@ -410,12 +414,15 @@ def _schema(layout: str) -> dict[str, Any]:
     }
 
 
-_CHECKERS = {layout: checker(_schema(layout)) for layout in LAYOUTS}
+@functools.cache
+def _checker(layout: str) -> Validator:
+    """The checker of a workload file of `layout`, made the first time one is read."""
+    return checker(_schema(layout))
 
 
 def _parse(name: str, doc: dict[str, Any]) -> Workload:
     """A Workload from a parsed TOML document, its structure checked before any value is used."""
-    wrong = problem(_CHECKERS.get(str(doc.get("layout")), _CHECKERS["deepspeed"]), doc)
+    wrong = problem(_checker(layout if (layout := str(doc.get("layout"))) in LAYOUTS else "deepspeed"), doc)
     if wrong:
         raise WorkloadError(wrong)
     layout, model, dtypes = doc["layout"], doc["model"], doc.get("dtypes", {})

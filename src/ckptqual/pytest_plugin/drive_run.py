@@ -27,12 +27,13 @@ class DriveRun:
     verdict: RunVerdict | None = None
     ceiling: dict | None = None  # the suite's own ceiling on this host, for the record (runs.calibration)
 
-    def begin(self) -> RunRecord:
-        """The drive's record, begun the first time it is asked for, before its run touches the target."""
+    def begin(self, write: bool = True) -> RunRecord:
+        """The drive's record, begun the first time it is asked for, before its run touches the target; its results
+        file is written only where `write` is true (not under --collect-only)."""
         from ckptqual.report.record import RunRecord
 
         if self.record is None:
-            self.record = RunRecord.begin(self.settings)
+            self.record = RunRecord.begin(self.settings, write)
             if self.ceiling is not None:
                 self.record.ceiling(self.ceiling)
         return self.record

@@ -71,17 +71,17 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     group_by_drive(items, selected, runs)
     for item in selected:
         item.stash[SUBJECT] = subject_of(item)
-    if len(runs) == 1 and not config.option.collectonly:  # --collect-only writes nothing
-        runs[0].begin()
+    if len(runs) == 1:  # --collect-only gives the verdict of what was selected, and writes no results file
+        runs[0].begin(write=not config.option.collectonly)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """With several drives and no -n, the record of each drive with a selected test is begun now (-k may have left
     out whole drives); an xdist worker begins a drive's record when it starts qualifying it."""
     config = session.config
-    if len(resolved_runs(config)) > 1 and not is_worker(config) and not config.option.collectonly:
+    if len(resolved_runs(config)) > 1 and not is_worker(config):
         for run in selected_runs(session.items):
-            run.begin()
+            run.begin(write=not config.option.collectonly)
 
 
 def subject_of(item: pytest.Item) -> str:

@@ -5,6 +5,7 @@ one visible order. The other modules of the plugin are wiring: their hooks read 
 from __future__ import annotations
 
 from collections.abc import Generator
+from types import TracebackType
 from typing import Any
 
 import pytest
@@ -43,7 +44,9 @@ class QualificationSession:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
         self.state.running = item.nodeid
 
+    @pytest.hookimpl(tryfirst=True)  # before the terminal reporter renders the interrupt's traceback
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo) -> None:
+        _drop_lineless_frames(excinfo.tb)
         message = str(excinfo.value)
         self.state.interrupted_by = (
             message.removeprefix("signal ") if message.startswith("signal ") else "SIGINT (Ctrl-C)"
@@ -120,3 +123,13 @@ class QualificationSession:
             terminal = config.pluginmanager.get_plugin("terminalreporter")
             if terminal is not None:
                 terminal.write_line(self.state.verdict.line(), bold=True, red=self.state.verdict.overall != "QUALIFIED")
+
+
+def _drop_lineless_frames(tb: TracebackType) -> None:
+    """Unlinks the frames of `tb` that have no line number: a signal that lands on an instruction without one (seen
+    on Python 3.11 at Ctrl-C) leaves such a frame, and pytest's rendering of the interrupt fails on it."""
+    while tb.tb_next is not None:
+        if tb.tb_next.tb_lineno is None:
+            tb.tb_next = tb.tb_next.tb_next
+        else:
+            tb = tb.tb_next

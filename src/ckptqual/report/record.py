@@ -62,9 +62,10 @@ class RunRecord:
         return record
 
     @classmethod
-    def begin(cls, settings: RunSettings) -> RunRecord:
-        """The record of a run, begun before anything touches the target, so that a run that cannot start says why."""
-        record = cls(settings.results)
+    def begin(cls, settings: RunSettings, write: bool = True) -> RunRecord:
+        """The record of a run, begun before anything touches the target, so that a run that cannot start says why;
+        kept in memory only where `write` is false (--collect-only)."""
+        record = cls(settings.results if write else None)
         record.data.update(
             settings=settings.to_dict(),
             plan=settings.plan.to_dict(),

@@ -20,9 +20,7 @@ import math
 import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from jsonschema.protocols import Validator
+from typing import TYPE_CHECKING, Any
 
 from ckptqual.documents import checker, problem
 from ckptqual.faults import RUN_FAULTS, TARGET_FAULTS
@@ -31,6 +29,9 @@ from ckptqual.plan.model import DTYPE_BYTES, FilePlan, RankPlan, TensorSpec
 from ckptqual.runs.failure import RankFailure
 from ckptqual.runs.task import Task
 from ckptqual.runs.worker import OPERATIONS
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 CONTROLLER = -1  # the sender number of the controller; a worker's is its global rank
 MAX_MESSAGE_BYTES = 4 << 20
