@@ -50,6 +50,7 @@ from ckptqual.runs.wire import CONTROLLER, Message, Missing, Refused, Wire, miss
 READS = ("read", "raw-read")  # operations whose ranks read what the next node wrote
 _POLL_S = 0.05
 SILENT_S = 10 * BEAT_S  # a rank whose heartbeat has not moved for this long is gone (or its host is)
+SILENT_WITH_PEERS_S = 4 * BEAT_S  # so is one silent this long once other ranks are gone
 _STOP_GRACE_S = 5.0  # after the stop at the end of a run: time for the workers to go
 _LEAVE_WAIT_S = 2.0  # after any stop: more time for the workers to go
 _LATE_WAIT_S = 30.0  # after a stop before every rank had joined: time for the late ones to come and be told
@@ -119,11 +120,11 @@ class Pulse:
                 self._beats[rank] = (beat, now)
         return True
 
-    def silent(self) -> set[int]:
-        """The ranks whose heartbeat has not moved for SILENT_S since the first look."""
+    def silent(self, seconds: float = SILENT_S) -> set[int]:
+        """The ranks whose heartbeat has not moved for `seconds` since the first look."""
         self.look()
         now = time.monotonic()
-        return {rank for rank, (_, changed) in self._beats.items() if now - changed > SILENT_S}
+        return {rank for rank, (_, changed) in self._beats.items() if now - changed > seconds}
 
 
 def shifted_readers(workers: list[Worker], nodes: int) -> list[int]:
@@ -365,6 +366,8 @@ class NodePool(Pool):
             except Refused as refusal:
                 raise self._refused(f"the controller refused {refusal}") from None
             if silent or len(lost) == self.ranks:
+                # the ranks of a host that went at once stop beating within a beat of each other: name them together
+                silent |= pulse.silent(SILENT_WITH_PEERS_S) - set(lost) if silent else set()
                 raise self._stop(self._lost_reason(what, lost, silent), "crash")
             if time.monotonic() > deadline:
                 if lost:  # the rest are alive but did not say: waiting on a peer
