@@ -10,6 +10,30 @@ import pytest
 from stand_in.slow_drive import SlowDriveUnavailable, slow_drive
 from suite_runs import BOTH, PAIR, SharedRun, lenient_drive, run_suite, shared_run
 
+# The modules whose tests are real runs of half a minute or more on a loaded 2-core host, longest first. They are
+# run first, so that under -n auto the suite ends on many short tests spread over the workers, not on one long run
+# on one worker while the others wait (pytest-xdist hands tests out in collection order).
+LONG_FIRST = (
+    "test_multi_node",
+    "test_multi_drive",
+    "test_early_stop",
+    "test_trust",
+    "test_layouts_stop",
+    "test_signals",
+    "test_faults",
+    "test_qualification_run",
+    "test_host_waits",
+    "test_shared_disk",
+    "test_mlperf",
+    "test_cpu_honesty",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Runs the modules of LONG_FIRST first, in its order; every other test keeps its place after them."""
+    rank = {name: position for position, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(LONG_FIRST)))
+
 
 @pytest.fixture
 def tmpfs(tmp_path) -> Iterator[Callable[[str], Path]]:
