@@ -67,11 +67,13 @@ class Recording:
         if self.interrupt == point:
             raise KeyboardInterrupt
 
-    def checkpoints(self, number: int) -> list[dict[str, Any]]:
-        """The recorded checkpoints of pass `number` (the recording's passes over again past its last)."""
+    def checkpoints(self, number: int, count: int) -> list[dict[str, Any]]:
+        """`count` recorded checkpoints of pass `number` (the recording's passes, and a pass's checkpoints, over
+        again past its last)."""
         recorded = sorted({c["pass_number"] for c in self.data["checkpoints"]})
         replayed = recorded[(number - 1) % len(recorded)]
-        return [c for c in self.data["checkpoints"] if c["pass_number"] == replayed]
+        checkpoints = [c for c in self.data["checkpoints"] if c["pass_number"] == replayed]
+        return [checkpoints[index % len(checkpoints)] for index in range(count)]
 
 
 def rebuilt(cls: type, recorded: dict[str, Any], **changes: Any) -> Any:
@@ -103,7 +105,7 @@ class ReplayFill:
     def run_pass(
         self, number: int, runner: Callable[..., None] | None = None, early_stop: EarlyStop | None = None
     ) -> PassResult:
-        recorded = self.recording.checkpoints(number)
+        recorded = self.recording.checkpoints(number, self.settings.checkpoints_per_pass)
         result = PassResult(number, planned=len(recorded), drives_at_once=self.settings.drives_at_once)
         factor = self.recording.slower.get(number, 1.0)
 

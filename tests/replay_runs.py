@@ -1,0 +1,63 @@
+"""Running the qualification suite in process (pytester) on a replayed run (stand_in/replay.py), as a user runs it
+from a checkout: `pytest tests_qual/... --target ... --junitxml ... --results ...`, read back as a CI gate reads it.
+For the tests whose point is the plugin's wiring, not the drive's I/O."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import ckptqual.plan.strategies  # noqa: F401
+import ckptqual.report.figures  # noqa: F401
+import ckptqual.report.record  # noqa: F401
+import stand_in.replay  # noqa: F401
+from suite_runs import REPO
+
+# pytester forgets the modules an in-process run imported once it ends; torch cannot be imported twice in a process,
+# so the run's own modules (torch, Hypothesis, matplotlib among them) load here, before any run, and stay loaded.
+
+INI = "[pytest]\njunit_family = xunit1\naddopts = -p no:randomly\n"  # pyproject.toml's, for a checkout's tests_qual
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What a replayed run left: its exit code, its output (stdout, stderr) and the folder of its reports."""
+
+    ret: int
+    stdout: str
+    stderr: str
+    out: Path
+
+    @property
+    def last(self) -> str:
+        """The output's last line (the verdict's, or the refusal's)."""
+        return self.stdout.rstrip().splitlines()[-1]
+
+
+def checkout(pytester: pytest.Pytester) -> Path:
+    """pytester's folder as a user's checkout: tests_qual, the ini, an empty target; returns the target."""
+    if not (pytester.path / "tests_qual").exists():
+        shutil.copytree(REPO / "tests_qual", pytester.path / "tests_qual", ignore=shutil.ignore_patterns("__pycache__"))
+        pytester.makeini(INI)
+        (pytester.path / "target").mkdir()
+    return pytester.path / "target"
+
+
+def replay_suite(
+    pytester: pytest.Pytester, *args: str, tests: tuple[str, ...] = ("test_fill.py",), reports: bool = True
+) -> Replayed:
+    """`pytest tests_qual/<tests> --target target [--junitxml q.xml --results r.json] ARGS`, in process, with the
+    recorded run standing in for the drive (`--replay...` options among ARGS alter it)."""
+    target = checkout(pytester)
+    paths = [f"tests_qual/{name}" for name in tests]
+    given = ["--junitxml", "q.xml", "--results", "r.json"] if reports else []
+    options = ["-p", "stand_in.replay", "-p", "no:cacheprovider", "--target", str(target), *given, *args]
+    with pytest.MonkeyPatch.context() as patch:
+        for name in [name for name in os.environ if name.startswith("PYTEST_XDIST")]:
+            patch.delenv(name)  # a user's run, not an xdist worker's (pytest-benchmark turns itself off in one)
+        result = pytester.runpytest_inprocess(*paths, *options, no_reraise_ctrlc=True)  # Ctrl-C ends the run alone
+    return Replayed(int(result.ret), result.stdout.str(), result.stderr.str(), pytester.path)
