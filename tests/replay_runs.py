@@ -48,11 +48,17 @@ def checkout(pytester: pytest.Pytester) -> Path:
 
 
 def replay_suite(
-    pytester: pytest.Pytester, *args: str, tests: tuple[str, ...] = ("test_fill.py",), reports: bool = True
+    pytester: pytest.Pytester,
+    *args: str,
+    tests: tuple[str, ...] = ("test_fill.py",),
+    reports: bool = True,
+    target: Path | None = None,
 ) -> Replayed:
-    """`pytest tests_qual/<tests> --target target [--junitxml q.xml --results r.json] ARGS`, in process, with the
-    recorded run standing in for the drive (`--replay...` options among ARGS alter it)."""
-    target = checkout(pytester)
+    """`pytest tests_qual/<tests> --target TARGET [--junitxml q.xml --results r.json] ARGS`, in process, with the
+    recorded run standing in for the drive (`--replay...` options among ARGS alter it); TARGET: the checkout's empty
+    `target` unless given."""
+    target = target or checkout(pytester)
+    checkout(pytester)
     paths = [f"tests_qual/{name}" for name in tests]
     given = ["--junitxml", "q.xml", "--results", "r.json"] if reports else []
     options = ["-p", "stand_in.replay", "-p", "no:cacheprovider", "--target", str(target), *given, *args]
