@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-import ckptqual.plan.strategies  # noqa: F401
-import ckptqual.report.figures  # noqa: F401
+import ckptqual.plan.strategies
+import ckptqual.report.figures
 import ckptqual.report.record  # noqa: F401
 import stand_in.replay  # noqa: F401
+from stand_in.replay import NOT_RECORDED
 from suite_runs import REPO
 
 # pytester forgets the modules an in-process run imported once it ends; torch cannot be imported twice in a process,
@@ -36,6 +37,13 @@ class Replayed:
     def last(self) -> str:
         """The output's last line (the verdict's, or the refusal's)."""
         return self.stdout.rstrip().splitlines()[-1]
+
+
+def not_counted(data: dict) -> str:
+    """The basis's last phrase of a replayed run whose recording holds no device bytes (stand_in.replay)."""
+    last = data["verdict"]["basis"][-1]
+    assert last.startswith("device bytes not counted (") and NOT_RECORDED in last, last
+    return last
 
 
 def checkout(pytester: pytest.Pytester) -> Path:

@@ -46,6 +46,10 @@ from ckptqual.runs.restore import RestoreResult
 from ckptqual.runs.written import SuiteWrites
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "data" / "results"
+DEFAULT = "loop-ext4-1"  # a QUALIFIED run on a loop device, no figure host-bound but its restore
+# What a region of a recording made before the devices' bytes were counted holds in their place (as the record says
+# of a region whose devices could not be counted).
+NOT_RECORDED = "the replayed recording predates the counting of device bytes"
 CEILING_FROM = "cadence-async"  # the recording that holds a measured ceiling (the others predate it)
 
 
@@ -60,7 +64,14 @@ class Recording:
 
     @classmethod
     def named(cls, name: str) -> Recording:
-        return cls(json.loads((RECORDINGS / f"{name}.json").read_text()))
+        data = json.loads((RECORDINGS / f"{name}.json").read_text())
+        baseline = data["baseline"]
+        if "device" not in baseline:
+            rounds = {"write": len(baseline["write_GBps"]), "read": len(baseline["read_GBps"])}
+            baseline["device"] = {
+                kind: [uncounted(kind, baseline["bytes_per_round"]).to_dict()] * count for kind, count in rounds.items()
+            }
+        return cls(data)
 
     def stop_at(self, point: str) -> None:
         """Ctrl-C, as a user presses it, where the run reaches `point`."""
@@ -89,6 +100,11 @@ def rebuilt(cls: type, recorded: dict[str, Any], **changes: Any) -> Any:
             DeviceBytes, device, devices=tuple(device["devices"]), layer_below=tuple(device.get("layer_below", ()))
         )
     return cls(**{**values, **changes})
+
+
+def uncounted(kind: str, nbytes: int) -> DeviceBytes:
+    """A region's device bytes where the recording holds none: not counted, saying why."""
+    return DeviceBytes("written" if kind == "write" else kind, nbytes, None, (), not_countable=NOT_RECORDED)
 
 
 class ReplayFill:
@@ -127,6 +143,7 @@ class ReplayFill:
                 index=len(result.checkpoints) + 1,
                 checkpoint=checkpoint,
                 seconds=source["seconds"] * factor,
+                **({} if source.get("device") else {"device": uncounted("write", source["bytes"])}),
                 removed_before=self.retained.popleft()[0] if len(self.retained) >= len(recorded) else None,
             )
             self.written += 1
@@ -146,7 +163,7 @@ class ReplayFill:
 class ReplayQualification(Qualification):
     """The real Qualification, its I/O replaced by the chosen recording (see the module's docstring)."""
 
-    def __init__(self, settings: RunSettings, events: RunEvents) -> None:  # noqa: D107 - replaces the real start
+    def __init__(self, settings: RunSettings, events: RunEvents) -> None:
         recording = self.recording = chosen()
         data = recording.data
         self.settings = settings
@@ -190,7 +207,8 @@ class ReplayQualification(Qualification):
         restores = recording.data["restore"]
         recorded = restores[len(getattr(self, "_restored", ())) % len(restores)]
         self._restored = [*getattr(self, "_restored", ()), checkpoint]
-        result = rebuilt(RestoreResult, recorded, checkpoint=checkpoint)
+        device = {} if recorded.get("device") else {"device": uncounted("read", recorded["bytes"])}
+        result = rebuilt(RestoreResult, recorded, checkpoint=checkpoint, **device)
         self.events.restore(result.to_dict())  # as Qualification.restore tells a restore it read
         self.host_bound_figure("restore_throughput", result.host_bound_reason())
         self._uncounted["restore_throughput"] = result.device.not_countable if result.device else None
@@ -236,7 +254,9 @@ class RecordedDrive:
 def replayed_ceiling(engine: str, drives_at_once: int = 1) -> tuple[dict[str, Any], dict[str, Ceiling]]:
     """runs.calibration.measure_ceiling on the recorded calibration: this host's speed as it was recorded."""
     recorded = Recording.named(CEILING_FROM).data["ceiling"]
-    rounds = {phase: [(r["bytes"], r["cpu_s"]) for r in phase_rounds] for phase, phase_rounds in recorded["rounds"].items()}
+    rounds = {
+        phase: [(r["bytes"], r["cpu_s"]) for r in phase_rounds] for phase, phase_rounds in recorded["rounds"].items()
+    }
     measured = calibration.Calibration(engine, recorded["directory"], rounds)
     cores = recorded["usable_cores"]
     share = drive_share(cores, drives_at_once)
@@ -253,7 +273,7 @@ def chosen() -> Recording:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("replay", "the replayed run standing in for the qualification's I/O (tests only)")
-    group.addoption("--replay", default="loop-ext4-1", help="the recording: tests/data/results/NAME.json")
+    group.addoption("--replay", default=DEFAULT, help="the recording: tests/data/results/NAME.json")
     group.addoption("--replay-slower", action="append", default=[], help="N=FACTOR: pass N's checkpoints slower")
     group.addoption("--replay-fail-restore", default=None, help="the restore fails with this text")
     group.addoption("--replay-interrupt", default=None, help='Ctrl-C at "start", "pass N", "restore", "layouts"')
