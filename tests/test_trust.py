@@ -22,14 +22,12 @@ from suite_runs import (
     LiveSuite,
     junit_cases,
     lenient_drive,
-    missed_limit,
     plugin_path,
     results,
     run_suite,
     suite_properties,
     user_environment,
 )
-
 
 pytest_plugins = ("pytester",)
 
