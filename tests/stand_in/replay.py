@@ -14,13 +14,14 @@ Loaded as a plugin (`-p stand_in.replay`), it puts the stand-in in place of the 
     --replay-slower N=FACTOR    pass N's checkpoints take FACTOR times as long
     --replay-fail-restore TEXT  the restore fails, with TEXT (a restore that read back wrong bytes)
     --replay-interrupt POINT    Ctrl-C (KeyboardInterrupt) at POINT: "start", "pass N" (after its first checkpoint),
-                                "restore" or "layouts"
+                                "restore", "layouts", "sweep" (at its start) or "sweep CELL"
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -31,7 +32,8 @@ import pytest
 
 from ckptqual.config.run_settings import RunSettings
 from ckptqual.host.cpu import HostUse
-from ckptqual.host.device_bytes import DeviceBytes
+from ckptqual.host.device_bytes import DeviceBytes, Devices
+from ckptqual.host.gpu import HostGpu
 from ckptqual.limits.ceiling import Ceiling, drive_share
 from ckptqual.limits.health import check_health
 from ckptqual.limits.host_bound import waits_text
@@ -43,6 +45,8 @@ from ckptqual.runs.fill import CheckpointRecord, EarlyStop, PassResult, StopRoun
 from ckptqual.runs.layouts import LayoutResult
 from ckptqual.runs.qualification import Qualification, RestoreError
 from ckptqual.runs.restore import RestoreResult
+from ckptqual.runs.sweep.cells import Cell, CellStats, SweepConfig
+from ckptqual.runs.sweep.driver import CellResult, Runner, SweepRun, plain_runner
 from ckptqual.runs.written import SuiteWrites
 
 RECORDINGS = Path(__file__).resolve().parents[1] / "data" / "results"
@@ -223,8 +227,15 @@ class ReplayQualification(Qualification):
         self.events.layout({"example": example, "plan": json.loads(dump_plan(plan)), **result.to_dict()})
         return result
 
-    def read_sweep(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("the replay does not replay the read sweep; select the fill, restore and layouts")
+    def read_sweep(self, host: HostGpu, say: Callable[[str], None], cufile_log: Path) -> SweepRun:
+        """The sweep over this run's cells, each measured cell replaying the recorded one (ReplaySweep); which cells
+        this host can run is the real host's answer (`host`)."""
+        self.recording.stop_at("sweep")
+        config, on_change = self.settings.sweep, self.events.sweep
+        args = (self.recording, config, self.settings.seed, host, say, on_change)
+        run = ReplaySweep(*args, cufile_log=cufile_log, devices=Devices())
+        self.events.sweep(run.data)
+        return run
 
     def close(self) -> None:
         """The recorded health after the run, judged by the product's check (limits.health), and the recorded
@@ -239,6 +250,41 @@ class ReplayQualification(Qualification):
         self.events.health({"before": self.health_before, "after": after, **checked.record})
         self.events.left([])
         self.events.finished({**data["cleanup"], "run_dir": str(self.run_dir)})
+
+
+class ReplaySweep(SweepRun):
+    """The real read sweep (its cells, skips, records and outcomes), each measured cell the recorded cell of the
+    same id (else of the same transfer, else the first measured), its files never written."""
+
+    def __init__(self, recording: Recording, config: SweepConfig, *args: Any, **kwargs: Any) -> None:
+        """The sweep's files would lie in an empty temporary directory (the real sweep opens the folder they lie in)
+        instead of the run directory, which a replay does not make."""
+        self.scratch = tempfile.TemporaryDirectory(prefix="ckptqual-replay-")  # removed with the sweep
+        super().__init__(config, Path(self.scratch.name) / "sweep", *args, **kwargs)
+        self.recording = recording
+
+    def measure(self, cell: Cell, runner: Runner | None = None) -> CellResult:
+        self.recording.stop_at(f"sweep {cell.id}")
+        measured = [c for c in self.recording.data["sweep"]["cells"] if "seconds" in c]
+        recorded = next(
+            (c for c in measured if c["id"] == cell.id),
+            next((c for c in measured if c["transfer"] == cell.transfer), measured[0]),
+        )
+        (runner or plain_runner)(lambda: None, lambda: None)
+        stats = rebuilt(CellStats, recorded)
+        figures = {key: value for key, value in recorded.items() if key not in cell.to_dict() and key != "outcome"}
+        figures.setdefault("device", uncounted("read", stats.bytes).to_dict())
+        record = {**cell.to_dict(), **figures, **stats.to_dict()}
+        record["outcome"] = "INVALID" if record.get("invalid_reason") else "MEASURED"
+        self._store(cell, record)
+        self.say(f"ckptqual: sweep {cell.id}: {stats.GiBps:.2f} GiB/s (replayed)")
+        return CellResult(cell, stats, record)
+
+    def remove_files(self) -> None:
+        """No sweep file is written in a replay."""
+
+    def close(self) -> None:
+        """No sweep file is written in a replay."""
 
 
 @dataclass(frozen=True)
