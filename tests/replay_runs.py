@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from suite_runs import REPO
 # pytester forgets the modules an in-process run imported once it ends; torch cannot be imported twice in a process,
 # so the run's own modules (torch, Hypothesis, matplotlib among them) load here, before any run, and stay loaded.
 
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 INI = "[pytest]\njunit_family = xunit1\naddopts = -p no:randomly\n"  # pyproject.toml's, for a checkout's tests_qual
 
 
@@ -70,8 +72,13 @@ def replay_suite(
     paths = [f"tests_qual/{name}" for name in tests]
     given = ["--junitxml", "q.xml", "--results", "r.json"] if reports else []
     options = ["-p", "stand_in.replay", "-p", "no:cacheprovider", "--target", str(target), *given, *args]
+    handlers = {signum: signal.getsignal(signum) for signum in SIGNALS}  # an interrupted run leaves its own in place
     with pytest.MonkeyPatch.context() as patch:
         for name in [name for name in os.environ if name.startswith("PYTEST_XDIST")]:
             patch.delenv(name)  # a user's run, not an xdist worker's (pytest-benchmark turns itself off in one)
-        result = pytester.runpytest_inprocess(*paths, *options, no_reraise_ctrlc=True)  # Ctrl-C ends the run alone
+        try:
+            result = pytester.runpytest_inprocess(*paths, *options, no_reraise_ctrlc=True)  # Ctrl-C ends that run alone
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
     return Replayed(int(result.ret), result.stdout.str(), result.stderr.str(), pytester.path)

@@ -13,7 +13,7 @@ Loaded as a plugin (`-p stand_in.replay`), it puts the stand-in in place of the 
     --replay NAME               the recording (tests/data/results/NAME.json; default loop-ext4-1)
     --replay-slower N=FACTOR    pass N's checkpoints take FACTOR times as long
     --replay-fail-restore TEXT  the restore fails, with TEXT (a restore that read back wrong bytes)
-    --replay-interrupt POINT    Ctrl-C (KeyboardInterrupt) at POINT: "start", "pass N" (after its first checkpoint),
+    --replay-interrupt POINT    Ctrl-C (SIGINT to the process) at POINT: "start", "pass N" (after its first checkpoint),
                                 "restore", "layouts", "sweep" (at its start) or "sweep CELL"
 """
 
@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
 import tempfile
 from collections import deque
 from collections.abc import Callable
@@ -78,9 +80,11 @@ class Recording:
         return cls(data)
 
     def stop_at(self, point: str) -> None:
-        """Ctrl-C, as a user presses it, where the run reaches `point`."""
+        """Ctrl-C where the run reaches `point`: SIGINT to this process, as a terminal sends it, taken by whatever
+        handler the plugin set (once)."""
         if self.interrupt == point:
-            raise KeyboardInterrupt
+            self.interrupt = None
+            os.kill(os.getpid(), signal.SIGINT)
 
     def checkpoints(self, number: int, count: int) -> list[dict[str, Any]]:
         """`count` recorded checkpoints of pass `number` (the recording's passes, and a pass's checkpoints, over
