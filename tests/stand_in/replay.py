@@ -15,6 +15,8 @@ Loaded as a plugin (`-p stand_in.replay`), it puts the stand-in in place of the 
     --replay-fail-restore TEXT  the restore fails, with TEXT (a restore that read back wrong bytes)
     --replay-interrupt POINT    Ctrl-C (SIGINT to the process) at POINT: "start", "pass N" (after its first checkpoint),
                                 "restore", "layouts", "sweep" (at its start) or "sweep CELL"
+
+Its asserts are none: PYTEST_DONT_REWRITE (the tests import it before the runs that load it as a plugin).
 """
 
 from __future__ import annotations
