@@ -71,7 +71,8 @@ def replay_suite(
     checkout(pytester)
     paths = [f"tests_qual/{name}" for name in tests]
     given = ["--junitxml", "q.xml", "--results", "r.json"] if reports else []
-    options = ["-p", "stand_in.replay", "-p", "no:cacheprovider", "--target", str(target), *given, *args]
+    targets = [] if "--target" in args else ["--target", str(target)]  # several drives name their own
+    options = ["-p", "stand_in.replay", "-p", "no:cacheprovider", *targets, *given, *args]
     handlers = {signum: signal.getsignal(signum) for signum in SIGNALS}  # an interrupted run leaves its own in place
     with pytest.MonkeyPatch.context() as patch:
         for name in [name for name in os.environ if name.startswith("PYTEST_XDIST")]:

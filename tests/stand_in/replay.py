@@ -13,6 +13,7 @@ Loaded as a plugin (`-p stand_in.replay`), it puts the stand-in in place of the 
     --replay NAME               the recording (tests/data/results/NAME.json; default loop-ext4-1)
     --replay-slower N=FACTOR    pass N's checkpoints take FACTOR times as long
     --replay-fail-restore TEXT  the restore fails, with TEXT (a restore that read back wrong bytes)
+    --replay-measured-ceiling   the suite's ceiling measured on this host, as a real run measures it
     --replay-interrupt POINT    Ctrl-C (SIGINT to the process) at POINT: "start", "pass N" (after its first checkpoint),
                                 "restore", "layouts", "sweep" (at its start) or "sweep CELL"
 
@@ -328,6 +329,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--replay", default=DEFAULT, help="the recording: tests/data/results/NAME.json")
     group.addoption("--replay-slower", action="append", default=[], help="N=FACTOR: pass N's checkpoints slower")
     group.addoption("--replay-fail-restore", default=None, help="the restore fails with this text")
+    group.addoption("--replay-measured-ceiling", action="store_true", help="the real calibration, not the recorded")
     group.addoption("--replay-interrupt", default=None, help='Ctrl-C at "start", "pass N", "restore", "layouts"')
 
 
@@ -341,6 +343,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _chosen.append(recording)
     patch = pytest.MonkeyPatch()
     patch.setattr(qualification, "Qualification", ReplayQualification)
-    patch.setattr(calibration, "measure_ceiling", replayed_ceiling)
+    if not config.getoption("replay_measured_ceiling"):
+        patch.setattr(calibration, "measure_ceiling", replayed_ceiling)
     config.add_cleanup(patch.undo)
     config.add_cleanup(_chosen.pop)
