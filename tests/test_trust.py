@@ -98,10 +98,9 @@ source = "test: no drive writes a thousand times its own raw rate"
 
 
 @pytest.mark.skipif(gpu.probe().problem("gpu-direct") is None, reason="this host can run gpu-direct cells")
-def test_a_limit_that_no_test_could_judge_leaves_the_run_incomplete(tmp_path, slow_target):
-    """The D5-P5336 case: its only read limit selects gpu-direct cells, all skipped on a host without a GPU. On the
-    slow stand-in drive, where no figure is INVALID however busy the host."""
-    target = slow_target
+def test_a_limit_that_no_test_could_judge_leaves_the_run_incomplete(pytester, tmp_path):
+    """The D5-P5336 case: its only read limit selects gpu-direct cells, all skipped on a host without a GPU. In
+    process, on a replayed run (stand_in/replay.py): which cells this host can run is this host's answer."""
     gpu_limit = """
 [[limit]]
 name = "sweep_read_bandwidth"
@@ -112,21 +111,20 @@ source = "test: the review's GPU Direct figure"
 """
     drive = lenient_drive(tmp_path / "d.toml", "gpu drive", gpu_limit)
     sweep = ["--sweep-block-sizes", "1M", "--sweep-threads", "1", "--sweep-file-bytes", "4M"]
-    done = run_suite(
+    cells = ("--transfer", "gpu-direct,cpu-only")
+    done = replay_suite(
+        pytester,
         *PAIR,
         "--passes",
         "1",
         *sweep,
-        "--transfer",
-        "gpu-direct,cpu-only",
+        *cells,
         "--drive",
         str(drive),
-        "--target",
-        str(target),
-        *reports(tmp_path),
         tests=("test_fill.py", "test_read_sweep.py"),
     )
-    assert done.returncode == 1, done.stdout[-3000:]
+    tmp_path = done.out
+    assert done.ret == 1, done.stdout[-3000:]
     cases = junit_cases(tmp_path / "q.xml")
     assert cases["test_read_sweep[gpu-direct-1M-1]"]["outcome"] == "skipped"
     assert cases["test_read_sweep[cpu-only-1M-1]"]["outcome"] == "passed"
