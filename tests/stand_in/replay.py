@@ -183,7 +183,7 @@ class ReplayQualification(Qualification):
         self._uncounted: dict[str, str | None] = {}
         self._waits: dict[str, str | None] = {}
         self.served_baselines: dict[str, str] = {}
-        self.identity = RecordedDrive(data["drive"])  # type: ignore[assignment]
+        self.identity = RecordedDrive(data["drive"])  # type: ignore[assignment,unused-ignore]
         self.replayed_run_dir = Path(settings.target) / Path(data["target"]["run_dir"]).name
         events.started({"path": str(settings.target), "run_dir": str(self.run_dir)}, data["drive"])
         self.written = SuiteWrites()
@@ -200,7 +200,7 @@ class ReplayQualification(Qualification):
             self.events.baseline(data["baseline"])
             self.baselines = {"raw_write": data["baseline"]["raw_write_GBps"] * 1e9}
             self.baselines["raw_read"] = data["baseline"]["raw_read_GBps"] * 1e9
-        self.fill = ReplayFill(recording, settings, self._checkpoint_done)  # type: ignore[assignment]
+        self.fill = ReplayFill(recording, settings, self._checkpoint_done)  # type: ignore[assignment,unused-ignore]
 
     @property
     def run_dir(self) -> Path:
@@ -346,4 +346,4 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("replay_measured_ceiling"):
         patch.setattr(calibration, "measure_ceiling", replayed_ceiling)
     config.add_cleanup(patch.undo)
-    config.add_cleanup(_chosen.pop)
+    config.add_cleanup(lambda: _chosen.remove(recording))
