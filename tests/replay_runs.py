@@ -23,6 +23,7 @@ from suite_runs import REPO
 # so the run's own modules (torch, Hypothesis, matplotlib among them) load here, before any run, and stay loaded.
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+CUFILE_LOG = "CUFILE_LOGFILE_PATH"
 INI = "[pytest]\njunit_family = xunit1\naddopts = -p no:randomly\n"  # pyproject.toml's, for a checkout's tests_qual
 
 
@@ -67,8 +68,8 @@ def replay_suite(
     """`pytest tests_qual/<tests> --target TARGET [--junitxml q.xml --results r.json] ARGS`, in process, with the
     recorded run standing in for the drive (`--replay...` options among ARGS alter it); TARGET: the checkout's empty
     `target` unless given."""
-    target = target or checkout(pytester)
-    checkout(pytester)
+    empty = checkout(pytester)
+    target = target or empty
     paths = [f"tests_qual/{name}" for name in tests]
     given = ["--junitxml", "q.xml", "--results", "r.json"] if reports else []
     targets = [] if "--target" in args else ["--target", str(target)]  # several drives name their own
@@ -77,6 +78,11 @@ def replay_suite(
     with pytest.MonkeyPatch.context() as patch:
         for name in [name for name in os.environ if name.startswith("PYTEST_XDIST")]:
             patch.delenv(name)  # a user's run, not an xdist worker's (pytest-benchmark turns itself off in one)
+        cufile = os.environ.get(CUFILE_LOG)  # the sweep points cuFile's log into the run: as it was, after the run
+        if cufile is None:
+            patch.delenv(CUFILE_LOG, raising=False)
+        else:
+            patch.setenv(CUFILE_LOG, cufile)
         try:
             result = pytester.runpytest_inprocess(*paths, *options, no_reraise_ctrlc=True)  # Ctrl-C ends that run alone
         finally:
