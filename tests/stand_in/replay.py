@@ -45,6 +45,7 @@ from ckptqual.limits.host_bound import waits_text
 from ckptqual.plan.model import CheckpointPlan
 from ckptqual.plan.planfile import dump_plan
 from ckptqual.runs import calibration, qualification
+from ckptqual.runs.baseline import Baseline
 from ckptqual.runs.events import Broadcast, RunEvents
 from ckptqual.runs.fill import CheckpointRecord, EarlyStop, PassResult, StopRounds, run_rounds
 from ckptqual.runs.layouts import LayoutResult
@@ -106,11 +107,15 @@ def rebuilt(cls: type, recorded: dict[str, Any], **changes: Any) -> Any:
     if values.get("host") is not None:
         values["host"] = rebuilt(HostUse, values["host"])
     if cls is not HostUse and values.get("device") is not None:  # a host's `device` is the drive's name
-        device = values["device"]
-        values["device"] = rebuilt(
-            DeviceBytes, device, devices=tuple(device["devices"]), layer_below=tuple(device.get("layer_below", ()))
-        )
+        values["device"] = recorded_device(values["device"])
     return cls(**{**values, **changes})
+
+
+def recorded_device(recorded: dict[str, Any]) -> DeviceBytes:
+    """A region's device bytes (host.device_bytes) from its record."""
+    names = {f.name for f in dataclasses.fields(DeviceBytes)}
+    values = {name: value for name, value in recorded.items() if name in names}
+    return DeviceBytes(**{**values, "devices": tuple(values["devices"]), "layer_below": tuple(values.get("layer_below", ()))})
 
 
 def uncounted(kind: str, nbytes: int) -> DeviceBytes:
@@ -195,11 +200,12 @@ class ReplayQualification(Qualification):
         self.events.timeseries(data["timeseries"])
         self.baselines = {}
         if "baseline" in settings.parts:
-            self.events.measuring_baseline(data["baseline"]["bytes_per_round"])
-            self.served_baselines = dict(data["baseline"].get("invalid") or {})
-            self.events.baseline(data["baseline"])
-            self.baselines = {"raw_write": data["baseline"]["raw_write_GBps"] * 1e9}
-            self.baselines["raw_read"] = data["baseline"]["raw_read_GBps"] * 1e9
+            baseline = recorded_baseline(data["baseline"])
+            self.events.measuring_baseline(baseline.bytes_per_round)
+            self.served_baselines = baseline.invalid()
+            self.events.baseline(baseline.to_dict())
+            self.baselines = baseline.as_baselines()
+        self._restored = 0
         self.fill = ReplayFill(recording, settings, self._checkpoint_done)  # type: ignore[assignment,unused-ignore]
 
     @property
@@ -216,8 +222,8 @@ class ReplayQualification(Qualification):
         if recording.failed_restore is not None:
             raise self._failed(RestoreError(recording.failed_restore, "integrity"))
         restores = recording.data["restore"]
-        recorded = restores[len(getattr(self, "_restored", ())) % len(restores)]
-        self._restored = [*getattr(self, "_restored", ()), checkpoint]
+        recorded = restores[self._restored % len(restores)]
+        self._restored += 1
         device = {} if recorded.get("device") else {"device": uncounted("read", recorded["bytes"])}
         result = rebuilt(RestoreResult, recorded, checkpoint=checkpoint, **device)
         self.events.restore(result.to_dict())  # as Qualification.restore tells a restore it read
@@ -292,6 +298,13 @@ class ReplaySweep(SweepRun):
 
     def close(self) -> None:
         """No sweep file is written in a replay."""
+
+
+def recorded_baseline(recorded: dict[str, Any]) -> Baseline:
+    """The run's Baseline (runs.baseline) from its record: the rates of each round, their hosts and device bytes."""
+    device = {kind: [recorded_device(d) for d in rounds] for kind, rounds in recorded["device"].items()}
+    figures = (recorded["write_GBps"], recorded["read_GBps"], recorded["cached_fraction_before_read"])
+    return Baseline(recorded["bytes_per_round"], *figures, host=recorded["host"], device=device)
 
 
 @dataclass(frozen=True)
