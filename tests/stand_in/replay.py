@@ -115,7 +115,8 @@ def recorded_device(recorded: dict[str, Any]) -> DeviceBytes:
     """A region's device bytes (host.device_bytes) from its record."""
     names = {f.name for f in dataclasses.fields(DeviceBytes)}
     values = {name: value for name, value in recorded.items() if name in names}
-    return DeviceBytes(**{**values, "devices": tuple(values["devices"]), "layer_below": tuple(values.get("layer_below", ()))})
+    below = tuple(values.get("layer_below", ()))
+    return DeviceBytes(**{**values, "devices": tuple(values["devices"]), "layer_below": below})
 
 
 def uncounted(kind: str, nbytes: int) -> DeviceBytes:
