@@ -242,18 +242,18 @@ def test_the_built_in_drive_file_rests_on_relative_limits_only_in_every_report(p
     assert again.stdout.rstrip().splitlines()[-1] == last
 
 
-def test_a_drive_file_that_requires_steady_state_refuses_a_run_that_cannot_show_it(tmp_path):
+def test_a_drive_file_that_requires_steady_state_refuses_a_run_that_cannot_show_it(pytester, tmp_path):
     """One pass has no steady-state checkpoints: the run could only end NOT QUALIFIED, so it is refused before any
-    I/O (exit 4), naming the fix; two passes of 5 checkpoints would do."""
+    I/O (exit 4), naming the fix; two passes of 5 checkpoints would do. In process (nothing runs)."""
     strict = lenient_drive(tmp_path / "steady.toml", "steady drive")
     strict.write_text(strict.read_text().replace("[run]\n", "[run]\nrequire_steady_state = true\n", 1))
-    target = tmp_path / "target"
-    target.mkdir()
-    result = run_suite(
+    done = replay_suite(
+        pytester,
         *("--workload", "llama3-8b", "--scale", "0.0001", "--passes", "1", "--checkpoints-per-pass", "1"),
-        *("--drive", str(strict), "--target", str(target), "--junitxml", str(tmp_path / "q.xml")),
+        *("--drive", str(strict), "--junitxml", "q.xml"),
+        reports=False,
     )
-    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
-    error = next(line for line in result.stderr.splitlines() if line.startswith("ERROR: "))
+    assert done.ret == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    error = next(line for line in done.stderr.splitlines() if line.startswith("ERROR: "))
     assert "the SNIA rule needs 5 steady-state checkpoints (passes 2 and later), but --passes 1" in error
-    assert error.endswith("writes 0; use --passes 2 or more") and list(target.iterdir()) == []
+    assert error.endswith("writes 0; use --passes 2 or more") and list((done.out / "target").iterdir()) == []
