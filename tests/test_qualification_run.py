@@ -90,6 +90,23 @@ def test_results_json_records_configuration_timings_and_outcomes(small_run):
     )
 
 
+def test_a_real_runs_benchmark_rounds_are_its_checkpoints_and_restores_seconds(small_run):
+    """The shared real run's saved benchmarks: a round per checkpoint and per restore, each the seconds its record
+    holds (the fill campaign drives pytest-benchmark's rounds)."""
+    _, out = small_run
+    [saved] = [json.loads(path.read_text()) for path in (out / "benchmarks").rglob("*.json")]
+    data = results(out / "results.json")
+    rounds = {bench["name"]: bench["stats"] for bench in saved["benchmarks"]}
+    for number in (1, 2):
+        seconds = [c["seconds"] for c in data["checkpoints"] if c["pass_number"] == number]
+        assert rounds[f"test_fill_pass[{number}]"]["rounds"] == len(seconds) == 2
+        assert rounds[f"test_fill_pass[{number}]"]["min"] == pytest.approx(min(seconds), rel=1e-9)
+        assert rounds[f"test_fill_pass[{number}]"]["max"] == pytest.approx(max(seconds), rel=1e-9)
+    restores = [r["seconds"] for r in data["restore"]]
+    assert rounds["test_restore"]["rounds"] == 2 and rounds["test_restore"]["max"] == pytest.approx(max(restores))
+    assert saved["machine_info"]["ckptqual"]["drive"] == "lenient drive"
+
+
 def test_benchmarks_compare_across_runs_of_different_drives(pytester, tmp_path):
     """In process, on a replayed run (stand_in/replay.py): two runs of different drives saved by pytest-benchmark
     side by side, their rounds the checkpoints and restores, compared by pytest-benchmark's own command."""
