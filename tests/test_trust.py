@@ -1,6 +1,7 @@
 """A gate that is never green when it should be red: each run below is read back as a CI gate reads it (exit code,
 JUnit XML, results JSON), on real filesystems, with real faults: a frozen drive, a filesystem that turns read-only,
-a lost file, limits that could not be judged, a second run and xdist workers on one target."""
+a lost file, a second run and xdist workers on one target; a failed limit and limits that could not be judged, whose
+point is the judging, on a replayed run in process (stand_in/replay.py)."""
 
 import shutil
 import subprocess
