@@ -15,7 +15,8 @@ import pytest
 
 from ckptqual.cli import main
 from ckptqual.report.extract import load_run
-from suite_runs import results, run_suite, user_environment
+from replay_runs import replay_suite
+from suite_runs import results, user_environment
 
 RECORDED = Path(__file__).parent / "data" / "results" / "loop-ext4-3.json"
 ALLOWED = "40%"  # wider than pass 2's detectable change in these runs (about 20 %), so the gate resolves it
@@ -36,6 +37,9 @@ def test_fill_pass(number, benchmark):
     seconds = [c["seconds"] for c in record["checkpoints"] if c["pass_number"] == number]
     time_figures(benchmark, CLOCK, seconds)
 """
+
+
+pytest_plugins = ("pytester",)
 
 
 def _timed(data: dict, factor: float) -> dict:
@@ -87,19 +91,18 @@ def test_both_routes_give_the_same_answer_on_a_recorded_pair(saved, tmp_path, ca
         assert out[-1].startswith("ckptqual compare: REGRESSION: 1 of 1 judged metrics") and "+60.0%" in out[-1]
 
 
-def test_a_runs_benchmark_rounds_are_the_figures_its_record_holds(tmp_path):
-    """A real run: each fill pass's rounds are its checkpoints' seconds, the restore's its checkpoints', the odd
-    layouts' each judged layout's slowdown against its twin; host-bound rounds are named in extra_info."""
-    target = tmp_path / "target"
-    target.mkdir()
-    done = run_suite(
-        *("--drive", "local", "--target", str(target), "--workload", "llama3-8b-dp2", "--scale", "0.0003"),
+def test_a_runs_benchmark_rounds_are_the_figures_its_record_holds(pytester, tmp_path):
+    """In process, on a replayed run (stand_in/replay.py): each fill pass's rounds are its checkpoints' seconds, the
+    restore's its checkpoints', the odd layouts' each judged layout's slowdown against its twin; host-bound rounds are
+    named in extra_info."""
+    done = replay_suite(
+        pytester,
+        *("--drive", "local", "--workload", "llama3-8b-dp2", "--scale", "0.0003"),
         *("--checkpoints-per-pass", "2", "--passes", "1", "--layout-examples", "2"),
-        *("--results", str(tmp_path / "r.json"), "--benchmark-save=run", "--benchmark-save-data"),
-        f"--benchmark-storage={tmp_path / 'saved'}",
+        *("--benchmark-save=run", "--benchmark-save-data", f"--benchmark-storage={tmp_path / 'saved'}"),
         tests=("test_fill.py", "test_restore.py", "test_shard_layouts.py"),
     )
-    record = results(tmp_path / "r.json")
+    record = results(done.out / "r.json")
     assert record["checkpoints"], done.stdout + done.stderr
     saved = json.loads(next((tmp_path / "saved").rglob("0001_run.json")).read_text())
     rounds = {bench["name"]: bench for bench in saved["benchmarks"]}

@@ -17,7 +17,10 @@ from ckptqual.limits.limits import Limit, at_scale
 from ckptqual.report.schema import shape_problem
 from ckptqual.report.summary import summary_lines
 from ckptqual.runs.calibration import MEMORY, CalibrationError, calibrate
-from suite_runs import SMALL, junit_cases, lenient_drive, results, run_suite
+from replay_runs import replay_suite
+from suite_runs import SMALL, junit_cases, lenient_drive, results
+
+pytest_plugins = ("pytester",)
 
 USAGE_ERROR = 4
 IMPOSSIBLE = """
@@ -187,11 +190,11 @@ def test_a_calibration_that_cannot_write_on_memory_says_where_and_what_it_needs_
 # A real run
 
 
-def test_a_real_runs_results_hold_each_phases_ceiling_valid_and_its_summary_shows_it(tmp_path):
+def test_a_real_runs_results_hold_each_phases_ceiling_valid_and_its_summary_shows_it(pytester, tmp_path):
+    """The calibration measured on this host, in process, the run's I/O replayed (stand_in/replay.py)."""
     drive = lenient_drive(tmp_path / "lenient.toml", "lenient drive")
-    target, record = tmp_path / "target", tmp_path / "r.json"
-    target.mkdir()
-    done = run_suite(*SMALL, "--drive", str(drive), "--target", str(target), "--results", str(record))
+    done = replay_suite(pytester, *SMALL, "--drive", str(drive), "--replay-measured-ceiling")
+    record = done.out / "r.json"
     data = results(record)
     assert shape_problem(data) is None
     ceiling = data["ceiling"]
@@ -209,12 +212,12 @@ def test_a_real_runs_results_hold_each_phases_ceiling_valid_and_its_summary_show
     assert shape_problem(damaged) == 'ceiling.phases["fill write"].GBps: must be a number, got null'
 
 
-def test_a_1000_GBps_minimum_is_refused_before_any_file_is_written_and_the_terminal_says_so(tmp_path):
+def test_a_1000_GBps_minimum_is_refused_before_any_file_is_written_and_the_terminal_says_so(pytester, tmp_path):
+    """In process, on this host's own calibration (the run's I/O replayed, stand_in/replay.py)."""
     drive = lenient_drive(tmp_path / "strict.toml", "strict drive", extra_limits=IMPOSSIBLE)
-    target, record = tmp_path / "target", tmp_path / "r.json"
-    target.mkdir()
-    done = run_suite(*SMALL, "--drive", str(drive), "--target", str(target), "--results", str(record))
-    assert done.returncode == USAGE_ERROR, done.stdout[-3000:] + done.stderr[-3000:]
+    done = replay_suite(pytester, *SMALL, "--drive", str(drive), "--replay-measured-ceiling")
+    target, record = done.out / "target", done.out / "r.json"
+    assert done.ret == USAGE_ERROR, done.stdout[-3000:] + done.stderr[-3000:]
     [error] = [line for line in done.stderr.splitlines() if line.startswith("ERROR: ")]
     fill = results(record)["ceiling"]["phases"]["fill write"]
     assert f"drive file {drive}: limit 2 (fill_throughput >= 1000 GB/s): min 1000 GB/s is above what" in error
@@ -225,15 +228,16 @@ def test_a_1000_GBps_minimum_is_refused_before_any_file_is_written_and_the_termi
     assert list(target.iterdir()) == []
 
 
-def test_with_several_drives_each_refused_drive_fails_its_tests_in_the_junit_with_the_numbers(tmp_path):
+def test_with_several_drives_each_refused_drive_fails_its_tests_in_the_junit_with_the_numbers(pytester, tmp_path):
+    """In process, the runs replayed (stand_in/replay.py), on the recorded ceiling of a 2-core host."""
     drive = lenient_drive(tmp_path / "strict.toml", "strict drive", extra_limits=IMPOSSIBLE)
     targets = [tmp_path / "alpha", tmp_path / "beta"]
     for target in targets:
         target.mkdir()
     arguments = [argument for target in targets for argument in ("--target", str(target))]
-    done = run_suite(*SMALL, "--drive", str(drive), *arguments, "--junitxml", str(tmp_path / "q.xml"))
-    assert done.returncode == 1, done.stdout[-3000:]
-    cases = junit_cases(tmp_path / "q.xml")
+    done = replay_suite(pytester, *SMALL, "--drive", str(drive), *arguments, "--junitxml", "q.xml", reports=False)
+    assert done.ret == 1, done.stdout[-3000:]
+    cases = junit_cases(done.out / "q.xml")
     fills = {name: case for name, case in cases.items() if name.startswith("test_fill_pass")}
     assert {name.split("-")[0] for name in fills} == {"test_fill_pass[alpha", "test_fill_pass[beta"}
     for case in fills.values():

@@ -4,25 +4,25 @@ skipped on this host is skipped, not an error, because the run was interrupted."
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 
 from ckptqual.host import gpu
 from ckptqual.limits.verdict import overall_verdict
 from ckptqual.report.extract import load_run
 from ckptqual.report.html import write_report
-from suite_runs import SMALL_PAIR, LiveSuite, junit_cases, results, run_suite
+from replay_runs import replay_suite
+from suite_runs import SMALL_PAIR, junit_cases, results
+
+pytest_plugins = ("pytester",)
 
 SWEEP = ["--transfer", "cpu-only", "--sweep-block-sizes", "8K,1M", "--sweep-threads", "1", "--sweep-file-bytes", "16M"]
 
 
-def test_a_sweep_cell_without_a_limit_reads_measured_with_its_figure(tmp_path):
-    """local.toml limits only the 1M cpu-only cells: the 8K cell is measured, not judged, and says so everywhere."""
-    target = tmp_path / "target"
-    target.mkdir()
-    reports = ["--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
-    run_suite("--drive", "local", "--target", str(target), *SMALL_PAIR, *SWEEP, *reports, tests=("test_read_sweep.py",))
+def test_a_sweep_cell_without_a_limit_reads_measured_with_its_figure(pytester, tmp_path):
+    """local.toml limits only the 1M cpu-only cells: the 8K cell is measured, not judged, and says so everywhere. In
+    process, on a replayed run (stand_in/replay.py)."""
+    done = replay_suite(pytester, "--drive", "local", *SMALL_PAIR, *SWEEP, tests=("test_read_sweep.py",))
+    tmp_path = done.out
     cases = junit_cases(tmp_path / "q.xml")
     unlimited, limited = cases["test_read_sweep[cpu-only-8K-1]"], cases["test_read_sweep[cpu-only-1M-1]"]
     line = unlimited["properties"]["ckptqual.line"]
@@ -61,29 +61,13 @@ def test_tests_of_one_cause_give_one_reason_with_their_count():
 
 
 @pytest.mark.skipif(gpu.probe().problem("gpu-direct") is None, reason="this host can run gpu-direct cells")
-def test_an_interrupted_run_names_each_cause_once_and_skips_the_cells_this_host_cannot_run(tmp_path):
-    target = tmp_path / "target"
-    target.mkdir()
-    reports = ["--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
+def test_an_interrupted_run_names_each_cause_once_and_skips_the_cells_this_host_cannot_run(pytester):
+    """In process, on a replayed run (stand_in/replay.py) that Ctrl-C (SIGINT) stops in pass 1's second checkpoint."""
     many = ["--checkpoints-per-pass", "20", "--passes", "2", "--transfer", "gpu-direct,cpu-only"]
-    suite = LiveSuite(
-        tmp_path / "log",
-        "--drive",
-        "local",
-        "--target",
-        str(target),
-        "--workload",
-        "llama3-8b-dp2",
-        "--scale",
-        "0.0003",
-        *SWEEP[2:],
-        *many,
-        *reports,
-        tests=("test_fill.py", "test_read_sweep.py"),
-    )
-    suite.wait_for("ckptqual: pass 1 checkpoint 2/20")
-    suite.process.send_signal(signal.SIGINT)
-    assert suite.finish() == pytest.ExitCode.INTERRUPTED, suite.output()[-3000:]
+    args = ["--drive", "local", "--workload", "llama3-8b-dp2", "--scale", "0.0003", *SWEEP[2:], *many]
+    done = replay_suite(pytester, *args, "--replay-interrupt", "pass 1", tests=("test_fill.py", "test_read_sweep.py"))
+    assert done.ret == pytest.ExitCode.INTERRUPTED, done.stdout[-3000:]
+    tmp_path = done.out
     cases = junit_cases(tmp_path / "q.xml")
     gpu_cells = [case for name, case in cases.items() if "[gpu-direct-" in name]
     cpu_cells = [case for name, case in cases.items() if "[cpu-only-" in name]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from html import escape
 from pathlib import Path
 
@@ -17,7 +15,10 @@ from ckptqual.report.extract import Run, load_run
 from ckptqual.report.figures import draw_all
 from ckptqual.report.html import PAGE, write_report
 from ckptqual.report.side_by_side import draw_side_by_side
-from suite_runs import SMALL, run_suite
+from replay_runs import checkout, replay_suite
+from suite_runs import SMALL
+
+pytest_plugins = ("pytester",)
 
 RESULTS = Path(__file__).parent / "data" / "results"
 # drive-a: pytest tests_qual (built-in default, stream engine), with the drive's health and the time series;
@@ -117,20 +118,18 @@ def test_cli_report_and_its_bad_input(tmp_path, capsys):
     assert "not a results record as ckptqual writes it: settings: missing;" in capsys.readouterr().err
 
 
-def test_the_qualification_writes_the_report_at_its_end(tmp_path):
-    results, report = tmp_path / "r.json", tmp_path / "report"
-    done = run_suite(*SMALL, "--results", str(results), "--report-dir", str(report), "--benchmark-disable")
-    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+def test_the_qualification_writes_the_report_at_its_end(pytester, tmp_path, capsys):
+    """In process, on a replayed run of every part but the sweep (stand_in/replay.py); `ckptqual report` draws the
+    same page again from the results file alone."""
+    results, report = pytester.path / "r.json", tmp_path / "report"
+    tests = ("test_fill.py", "test_restore.py", "test_shard_layouts.py")
+    done = replay_suite(pytester, *SMALL, "--report-dir", str(report), "--benchmark-disable", tests=tests)
+    assert done.ret in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     assert f"ckptqual: report written to {report / PAGE}" in done.stdout
     html = (report / PAGE).read_text()
     assert json.loads(results.read_text())["verdict"]["overall"] in html
     assert (report / "checkpoint_times.png").stat().st_size > 0
-    again = subprocess.run(
-        [sys.executable, "-m", "ckptqual.cli", "report", str(results), "-o", str(tmp_path / "later")],
-        capture_output=True,
-        text=True,
-    )
-    assert again.returncode == 0, again.stderr
+    assert main(["report", str(results), "-o", str(tmp_path / "later")]) == 0, capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "later").iterdir()) == sorted(p.name for p in report.iterdir())
 
 
@@ -144,15 +143,14 @@ def test_a_run_that_stopped_early_still_draws_its_page(runs, tmp_path):
     assert "no checkpoint was recorded" in html and "unavailable: the results hold no drive identity" in html
 
 
-def test_a_report_dir_that_cannot_take_the_report_is_refused_before_the_run(tmp_path):
+def test_a_report_dir_that_cannot_take_the_report_is_refused_before_the_run(pytester, tmp_path):
     (tmp_path / "file").write_text("")
-    target = tmp_path / "target"
-    target.mkdir()
+    target = checkout(pytester)
     for directory, problem in (
         (tmp_path / "file", "is not a directory; give a directory"),
         (target / "report", f"lies inside the target {target}"),
     ):
-        done = run_suite("--target", str(target), "--report-dir", str(directory), "--benchmark-disable")
-        assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+        done = replay_suite(pytester, "--report-dir", str(directory), "--benchmark-disable", reports=False)
+        assert done.ret == 4, done.stdout[-2000:] + done.stderr[-2000:]
         assert f"ERROR: --report-dir {directory}: {problem}" in done.stderr
     assert list(target.iterdir()) == []

@@ -1,6 +1,7 @@
 """A gate that is never green when it should be red: each run below is read back as a CI gate reads it (exit code,
 JUnit XML, results JSON), on real filesystems, with real faults: a frozen drive, a filesystem that turns read-only,
-a lost file, limits that could not be judged, a second run and xdist workers on one target."""
+a lost file, a second run and xdist workers on one target; a failed limit and limits that could not be judged, whose
+point is the judging, on a replayed run in process (stand_in/replay.py)."""
 
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 
 from ckptqual.host import gpu
 from expected_basis import RELATIVE, STEADY, line, qualified, uncounted
+from replay_runs import replay_suite
 from suite_runs import (
     BOTH,
     PAIR,
@@ -21,13 +23,14 @@ from suite_runs import (
     LiveSuite,
     junit_cases,
     lenient_drive,
-    missed_limit,
     plugin_path,
     results,
     run_suite,
     suite_properties,
     user_environment,
 )
+
+pytest_plugins = ("pytester",)
 
 
 def reports(tmp_path: Path) -> list[str]:
@@ -65,10 +68,9 @@ def test_a_qualified_run_says_so_in_every_report(qualified_run):
     assert len(drawn) > 5 and all(line in done.stdout.splitlines() for line in drawn)
 
 
-def test_a_pass_that_fails_its_limit_shows_it_and_is_not_qualified(tmp_path, slow_target):
-    """On the slow stand-in drive, where pass 1 meets its limit however busy the host. (A drive file that requires
+def test_a_pass_that_fails_its_limit_shows_it_and_is_not_qualified(pytester, tmp_path):
+    """In process, on a replayed run (stand_in/replay.py) whose pass 1 met its limit. (A drive file that requires
     the steady state of more rounds than the run writes is refused before any I/O: tests/test_refusals.py.)"""
-    target = slow_target
     impossible = """
 [[limit]]
 name = "fill_throughput"
@@ -79,29 +81,27 @@ where = { state = "steady" }
 source = "test: no drive writes a thousand times its own raw rate"
 """
     drive = lenient_drive(tmp_path / "d.toml", "strict", impossible)
-    done = run_suite(*PAIR, "--drive", str(drive), "--target", str(target), *reports(tmp_path), tests=BOTH)
-    assert done.returncode == 1, done.stdout[-3000:]
-    message = junit_cases(tmp_path / "q.xml")["test_fill_pass[2]"]["message"]
-    outcome = message.split(":")[0].removeprefix("pass 2 ")
-    assert missed_limit(outcome, message), message
-    assert "fill_throughput" in message and "< min 1000 of raw_write" in message
+    done = replay_suite(pytester, *PAIR, "--drive", str(drive), tests=BOTH)
+    assert done.ret == 1, done.stdout[-3000:]
+    xml, record = done.out / "q.xml", done.out / "r.json"
+    message = junit_cases(xml)["test_fill_pass[2]"]["message"]
+    assert message.startswith("pass 2 FAIL: ") and "fill_throughput" in message and "< min 1000 of raw_write" in message
     rows = [line.split() for line in done.stdout.splitlines() if line.strip().startswith(("1 ", "2 "))]
-    assert [row[-1] for row in rows[-2:]] == ["PASS", outcome]  # the summary shows what the test decided
-    data = results(tmp_path / "r.json")
-    assert data["verdict"]["overall"] == ("NOT QUALIFIED" if outcome == "FAIL" else "INVALID")
+    assert [row[-1] for row in rows[-2:]] == ["PASS", "FAIL"]  # the summary shows what the test decided
+    data = results(record)
+    assert data["verdict"]["overall"] == "NOT QUALIFIED"
     reason, figures = message.split(" || figures: ")  # the JUnit message adds every judged figure
     assert data["verdict"]["reasons"][0] == reason
     assert "fill_throughput " in figures and " < 1000 of raw_write" in figures
-    assert junit_cases(tmp_path / "q.xml")["verdict"]["outcome"] == "failure"
-    again = summary_again(tmp_path / "r.json")
-    assert again.returncode == 1 and again.stdout.splitlines()[-1] == done.stdout.rstrip().splitlines()[-1]
+    assert junit_cases(xml)["verdict"]["outcome"] == "failure"
+    again = summary_again(record)
+    assert again.returncode == 1 and again.stdout.splitlines()[-1] == done.last
 
 
 @pytest.mark.skipif(gpu.probe().problem("gpu-direct") is None, reason="this host can run gpu-direct cells")
-def test_a_limit_that_no_test_could_judge_leaves_the_run_incomplete(tmp_path, slow_target):
-    """The D5-P5336 case: its only read limit selects gpu-direct cells, all skipped on a host without a GPU. On the
-    slow stand-in drive, where no figure is INVALID however busy the host."""
-    target = slow_target
+def test_a_limit_that_no_test_could_judge_leaves_the_run_incomplete(pytester, tmp_path):
+    """The D5-P5336 case: its only read limit selects gpu-direct cells, all skipped on a host without a GPU. In
+    process, on a replayed run (stand_in/replay.py): which cells this host can run is this host's answer."""
     gpu_limit = """
 [[limit]]
 name = "sweep_read_bandwidth"
@@ -112,21 +112,20 @@ source = "test: the review's GPU Direct figure"
 """
     drive = lenient_drive(tmp_path / "d.toml", "gpu drive", gpu_limit)
     sweep = ["--sweep-block-sizes", "1M", "--sweep-threads", "1", "--sweep-file-bytes", "4M"]
-    done = run_suite(
+    cells = ("--transfer", "gpu-direct,cpu-only")
+    done = replay_suite(
+        pytester,
         *PAIR,
         "--passes",
         "1",
         *sweep,
-        "--transfer",
-        "gpu-direct,cpu-only",
+        *cells,
         "--drive",
         str(drive),
-        "--target",
-        str(target),
-        *reports(tmp_path),
         tests=("test_fill.py", "test_read_sweep.py"),
     )
-    assert done.returncode == 1, done.stdout[-3000:]
+    tmp_path = done.out
+    assert done.ret == 1, done.stdout[-3000:]
     cases = junit_cases(tmp_path / "q.xml")
     assert cases["test_read_sweep[gpu-direct-1M-1]"]["outcome"] == "skipped"
     assert cases["test_read_sweep[cpu-only-1M-1]"]["outcome"] == "passed"
