@@ -19,6 +19,8 @@ from ckptqual.runs.sweep.driver import ReadError, SweepRun, read_shape, run_cell
 from ckptqual.runs.sweep.files import DataMismatch
 from suite_runs import missed_limit
 
+pytest_plugins = ("pytester",)
+
 ROOT = Path(__file__).resolve().parents[1]
 K, M = 1 << 10, 1 << 20
 NO_DRIVER = HostGpu(driver_problem="no CUDA driver library (test)")
@@ -462,11 +464,11 @@ def test_a_gpu_transfer_without_a_gpu_is_skipped_with_its_reason(tmp_path, libcu
         (["--sweep-file-bytes", "64K"], "ERROR: sweep file size 64K (command line) is smaller than the largest block"),
     ],
 )
-def test_a_bad_sweep_option_is_a_usage_error_before_any_io(options, message):
-    command = [sys.executable, "-m", "pytest", "tests_qual/test_read_sweep.py", "-p", "no:cacheprovider", *options]
-    child = subprocess.run([*command, "--collect-only", "-q"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert child.returncode == pytest.ExitCode.USAGE_ERROR
-    errors = [line for line in (child.stdout + child.stderr).splitlines() if line.startswith("ERROR:")]
+def test_a_bad_sweep_option_is_a_usage_error_before_any_io(suite_in_process, options, message):
+    """In process (pytester): the suite's answer to the option."""
+    done = suite_in_process(*options, "--collect-only", "-q", tests=("test_read_sweep.py",))
+    assert done.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in [*done.outlines, *done.errlines] if line.startswith("ERROR:")]
     assert len(errors) == 1 and errors[0].startswith(message)
 
 
