@@ -140,6 +140,7 @@ def start_run() -> Iterator[Callable[[Path, int], tuple[subprocess.Popen, Path]]
             text=True,
         )
         children.append(child)
+        assert child.stdout is not None
         line = child.stdout.readline().strip()
         assert line.startswith("/"), f"the child run did not start: {line!r}"
         return child, Path(line)

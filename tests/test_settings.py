@@ -223,6 +223,7 @@ def conforms(value: object, hint: object) -> bool:
         return value is None
     if hint is float:
         return isinstance(value, float)
+    assert isinstance(hint, type), hint
     return isinstance(value, hint) and not (hint is int and isinstance(value, bool))
 
 
@@ -303,7 +304,9 @@ ALL_PARTS = {"fill", "sweep", "layouts"}
 def fix_of(message: str) -> dict[str, str]:
     """The options a refusal suggests, by setting name."""
     flags = {row.flag: row.name for row in SETTINGS if row.flag}
-    advice = re.search(r"; use ((?:--[\w-]+ \S+ ?)+) \(then", message).group(1)
+    found = re.search(r"; use ((?:--[\w-]+ \S+ ?)+) \(then", message)
+    assert found is not None, message
+    advice = found.group(1)
     return {flags[flag]: value for flag, value in re.findall(r"(--[\w-]+) (\S+)", advice)}
 
 
