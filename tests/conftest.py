@@ -1,5 +1,6 @@
 """Shared fixtures of the project's tests."""
 
+import functools
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stand_in.slow_drive import SlowDriveUnavailable, slow_drive
-from suite_runs import BOTH, PAIR, SharedRun, lenient_drive, run_suite, shared_run
+from suite_runs import BOTH, PAIR, SharedRun, lenient_drive, load_once, run_suite, run_suite_in_process, shared_run
 
 # The modules whose tests are real runs of half a minute or more on a loaded 2-core host, longest first. They are
 # run first, so that under -n auto the suite ends on many short tests spread over the workers, not on one long run
@@ -147,3 +148,11 @@ def qualified_run(tmp_path_factory) -> SharedRun:
     """One qualified small run (`run_qualified`), run once in a test session and read by every test that only reads
     what it left."""
     return shared_run(tmp_path_factory, "qualified", run_qualified)
+
+
+@pytest.fixture
+def suite_in_process(request) -> Callable[..., pytest.RunResult]:
+    """suite_runs.run_suite_in_process with this test's pytester, made once what cannot be imported twice in one
+    process is loaded (the test module needs `pytest_plugins = ("pytester",)`)."""
+    load_once()
+    return functools.partial(run_suite_in_process, request.getfixturevalue("pytester"))

@@ -3,7 +3,9 @@ as a CI gate reads it: the exit code, the JUnit XML and the results JSON."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import importlib
 import json
 import os
 import subprocess
@@ -49,6 +51,36 @@ def run_suite(*args: str, tests: tuple[str, ...] = ("test_fill.py",), timeout_s:
     """Runs the suite to its end; returns the CompletedProcess (output captured)."""
     command = suite_command(*args, tests=tests)
     return subprocess.run(command, cwd=REPO, env=user_environment(), capture_output=True, text=True, timeout=timeout_s)
+
+
+# What a run of the suite imports that cannot be imported a second time in one process (torch's and KvikIO's compiled
+# modules): loaded before a test's pytester is made, as pytester restores sys.modules as it found them.
+LOADED_ONCE = (
+    "ckptqual.io.engines",
+    "ckptqual.runs.qualification",
+    "ckptqual.runs.calibration",
+    "hypothesis",
+    "kvikio",
+)
+
+
+def load_once() -> None:
+    """Imports LOADED_ONCE (KvikIO where it is installed)."""
+    for name in LOADED_ONCE:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+
+
+def run_suite_in_process(pytester: pytest.Pytester, *args: str, tests: tuple[str, ...] = ("test_fill.py",)):
+    """The suite's answer to these options in this process (pytester.runpytest_inprocess): the same plugin, test
+    files and rootdir as `run_suite`, for a run refused before any I/O. Returns pytest's RunResult (ret, outlines,
+    errlines). Call it through the `suite_in_process` fixture, which loads LOADED_ONCE first."""
+    paths = [str(REPO / "tests_qual" / name) for name in tests]
+    with pytest.MonkeyPatch.context() as patch:
+        for name in os.environ:
+            if name.startswith("PYTEST_XDIST"):  # as user_environment: the run is not an xdist worker
+                patch.delenv(name)
+        return pytester.runpytest_inprocess(*paths, "-p", "no:cacheprovider", *args)
 
 
 class LiveSuite:

@@ -5,15 +5,19 @@ arithmetic on it; a plan file name that cannot be printed or encoded is refused 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from ckptqual.bounded import MAX_DEPTH, load_json, load_toml
+from ckptqual.cli import main
 from ckptqual.config.run_settings import SettingsError, resolve_settings
-from suite_runs import REPO, SMALL, run_suite, user_environment
+from suite_runs import REPO, SMALL
+
+pytest_plugins = ("pytester",)
 
 WORKLOAD = (REPO / "fixtures" / "workloads" / "llama3-8b.toml").read_text()
 FILES = [{"path": "a.pt", "tensors": [["t", 8192, "int8"]]}]
@@ -71,21 +75,39 @@ def test_a_number_beyond_any_real_value_is_refused_naming_its_key_path(tmp_path)
     assert "model.layers: 1.000e+20 is beyond 1e+18" in refusal(workload=str(workload(tmp_path, "9" * 20)))
 
 
-def test_a_workload_too_large_to_plan_is_refused_at_once_by_the_cli_and_the_suite(tmp_path):
-    """`layers` that would make billions of files: refused before the plan is built (it used to spin a CPU)."""
+@contextmanager
+def within(seconds: int) -> Iterator[None]:
+    """Fails what runs inside (in this process) if it takes longer than `seconds`: SIGALRM raises in it."""
+
+    def too_long(signum, frame):
+        raise AssertionError(f"not done within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_workload_too_large_to_plan_is_refused_at_once_by_the_cli_and_the_suite(tmp_path, capsys, suite_in_process):
+    """`layers` that would make billions of files: refused before the plan is built (it used to spin a CPU). The
+    CLI and the suite answer in this process."""
     path = workload(tmp_path, "1_000_000_000")
-    done = subprocess.run(
-        [sys.executable, "-m", "ckptqual.cli", "plan", str(path)],
-        capture_output=True, text=True, env=user_environment(), timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "model.layers and parallelism: 1,000,000,000 layers over 8 ranks make a plan of up to" in done.stderr
+    with within(120):
+        assert main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "model.layers and parallelism: 1,000,000,000 layers over 8 ranks make a plan of up to" in err
     target = tmp_path / "target"
     target.mkdir()
     huge = workload(tmp_path, "99999999999999999999")
-    run = run_suite(*SMALL, "--workload", str(huge), "--target", str(target), timeout_s=300)
-    assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "model.layers: 1.000e+20 is beyond 1e+18" in run.stderr and "Traceback" not in run.stdout + run.stderr
+    with within(300):
+        run = suite_in_process(*SMALL, "--workload", str(huge), "--target", str(target))
+    output = "\n".join([*run.outlines, *run.errlines])
+    assert run.ret == 4, output[-4000:]
+    assert "model.layers: 1.000e+20 is beyond 1e+18" in "\n".join(run.errlines) and "Traceback" not in output
     assert list(target.iterdir()) == []
 
 

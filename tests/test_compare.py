@@ -11,9 +11,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,8 @@ from ckptqual.cli import main
 from ckptqual.report.compare import compare_metric, compare_runs, parse_percentage, run_metrics
 from ckptqual.report.extract import Run, load_run
 from ckptqual.report.noise import Noise, band, rounds_to_resolve
-from suite_runs import user_environment
+
+pytest_plugins = ("pytester",)
 
 RESULTS = Path(__file__).parent / "data" / "results"
 FIRST, THIRD = RESULTS / "loop-ext4-1.json", RESULTS / "loop-ext4-3.json"
@@ -260,26 +260,29 @@ def test_write(benchmark):
 """
 
 
-def test_a_pytest_benchmark_regression_fails_in_one_line_and_keeps_the_summary(tmp_path):
+def test_a_pytest_benchmark_regression_fails_in_one_line_and_keeps_the_summary(pytester, monkeypatch):
     """--benchmark-compare-fail: exit 1, one clear line, no traceback, pytest's counts still printed, and the
-    rate of each benchmark then and now. The slowdown is injected (a 50 times longer sleep), not measured."""
-    (tmp_path / "test_bench.py").write_text(BENCH_TEST)
-    storage = f"--benchmark-storage={tmp_path / 'saved'}"
+    rate of each benchmark then and now. The slowdown is injected (a 50 times longer sleep), not measured. The two
+    runs are in this process (pytester), not xdist workers (pytest-benchmark turns itself off in one)."""
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    storage = f"--benchmark-storage={pytester.path / 'saved'}"
+    for name in [name for name in os.environ if name.startswith("PYTEST_XDIST")]:
+        monkeypatch.delenv(name)
 
-    def run(delay_s: float, *args: str) -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "pytest", "test_bench.py", "-p", "no:cacheprovider", storage, *args]
-        env = {**user_environment(), "CKPTQUAL_TEST_DELAY_S": str(delay_s)}
-        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    def run(delay_s: float, *args: str) -> tuple[int, str, str]:
+        monkeypatch.setenv("CKPTQUAL_TEST_DELAY_S", str(delay_s))
+        done = pytester.runpytest_inprocess("test_bench.py", "-p", "no:cacheprovider", storage, *args)
+        return done.ret, "\n".join(done.outlines), "\n".join(done.errlines)
 
     saved = run(0.001, "--benchmark-save=drive-fw1")
-    assert saved.returncode == 0, saved.stdout + saved.stderr
-    slower = run(0.05, "--benchmark-compare=0001", "--benchmark-compare-fail=mean:5%")
-    output = slower.stdout + slower.stderr
-    assert slower.returncode == 1, output
+    assert saved[0] == 0, saved[1] + saved[2]
+    code, stdout, stderr = run(0.05, "--benchmark-compare=0001", "--benchmark-compare-fail=mean:5%")
+    output = stdout + stderr
+    assert code == 1, output
     assert "Traceback" not in output and "PerformanceRegression" not in output
-    failing = [line for line in slower.stdout.splitlines() if line.startswith("ckptqual: FAIL: pytest-benchmark")]
+    failing = [line for line in stdout.splitlines() if line.startswith("ckptqual: FAIL: pytest-benchmark")]
     assert len(failing) == 1 and re.search(
         r"1 benchmark\(s\) regressed .*: test_write mean \+\d+\.\d% > 5%$", failing[0]
     )
-    assert re.search(r"^\s+test_write\s+1\s+->\s+0.02 GB/s\s+-98.0%", slower.stdout, re.MULTILINE), slower.stdout
-    assert re.search(r"=+ 1 passed in ", slower.stdout)
+    assert re.search(r"^\s+test_write\s+1\s+->\s+0.02 GB/s\s+-98.0%", stdout, re.MULTILINE), stdout
+    assert re.search(r"=+ 1 passed in ", stdout)

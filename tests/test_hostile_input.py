@@ -11,16 +11,19 @@ from ckptqual.config.outputs import check_apart
 from ckptqual.config.run_settings import RESERVED_NAMES, SettingsError, resolve_settings
 from ckptqual.plan.model import CheckpointPlan, FilePlan, RankPlan, TensorSpec
 from ckptqual.plan.planfile import dump_plan
-from suite_runs import SMALL, run_suite
+from suite_runs import SMALL
+
+pytest_plugins = ("pytester",)
 
 USAGE_ERROR = 4
 
 
-def refused(done, message: str) -> str:
-    """The one ERROR line of a suite run refused as a usage error, checked: exit 4, the line, no traceback."""
-    output = done.stdout + done.stderr
-    assert done.returncode == USAGE_ERROR, output[-3000:]
-    errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR: ")]
+def refused(done: pytest.RunResult, message: str) -> str:
+    """The one ERROR line of a suite run (in process: suite_in_process) refused as a usage error, checked: exit 4,
+    the line on stderr, no traceback."""
+    output = "\n".join([*done.outlines, *done.errlines])
+    assert done.ret == USAGE_ERROR, output[-3000:]
+    errors = [line for line in done.errlines if line.startswith("ERROR: ")]
     assert len(errors) == 1 and message in errors[0], output[-3000:]
     assert "Traceback" not in output and "INTERNALERROR" not in output, output[-3000:]
     return errors[0]
@@ -45,19 +48,19 @@ def target(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("link", ["same path", "hard link"])
-def test_results_and_junitxml_naming_one_file_are_refused(tmp_path, target, link):
+def test_results_and_junitxml_naming_one_file_are_refused(tmp_path, target, link, suite_in_process):
     results, junit = tmp_path / "out.json", tmp_path / ("out.json" if link == "same path" else "out.xml")
     results.write_text("kept")
     if link == "hard link":
         os.link(results, junit)
-    done = run_suite(*SMALL, "--target", str(target), "--results", str(results), "--junitxml", str(junit))
+    done = suite_in_process(*SMALL, "--target", str(target), "--results", str(results), "--junitxml", str(junit))
     refused(done, f"--results {results}: is the same file as --junitxml {junit}; give each its own file")
     assert list(target.iterdir()) == [] and results.read_text() == "kept"
 
 
-def test_a_junitxml_inside_the_target_is_refused_and_not_written_there(target):
+def test_a_junitxml_inside_the_target_is_refused_and_not_written_there(target, suite_in_process):
     junit = target / "qual.xml"
-    refused(run_suite(*SMALL, "--target", str(target), "--junitxml", str(junit)), "lies inside the target")
+    refused(suite_in_process(*SMALL, "--target", str(target), "--junitxml", str(junit)), "lies inside the target")
     assert list(target.iterdir()) == []  # the next run would refuse the target as foreign
 
 
@@ -150,15 +153,15 @@ def test_a_symlink_to_a_drive_file_is_read_as_that_file(tmp_path):
     assert linked == named
 
 
-def test_a_fifo_layout_plan_is_refused_by_the_suite_at_once(data_files, target):
-    done = run_suite(*SMALL, "--target", str(target), "--layout-plan", str(data_files["fifo"]), timeout_s=300)
+def test_a_fifo_layout_plan_is_refused_by_the_suite_at_once(data_files, target, suite_in_process):
+    done = suite_in_process(*SMALL, "--target", str(target), "--layout-plan", str(data_files["fifo"]))
     refused(done, "is a FIFO, not a regular file")
     assert list(target.iterdir()) == []
 
 
-def test_a_name_that_is_not_utf8_is_refused_in_one_line(tmp_path, target):
+def test_a_name_that_is_not_utf8_is_refused_in_one_line(tmp_path, target, suite_in_process):
     name = os.fsdecode(bytes(tmp_path) + b"/plan-\xff.json")  # as Python holds such a name: a lone surrogate
-    done = run_suite(*SMALL, "--target", str(target), "--layout-plan", name)
+    done = suite_in_process(*SMALL, "--target", str(target), "--layout-plan", name)
     refused(done, "must be a path of valid UTF-8 (rename a file or directory whose name is not)")
     assert list(target.iterdir()) == []
 
@@ -180,13 +183,13 @@ def test_a_plan_file_named_like_ckptquals_own_entries_is_refused(tmp_path, name)
 # Inodes
 
 
-def test_a_target_without_the_inodes_the_run_needs_is_refused_before_any_io(loop_ext4):
+def test_a_target_without_the_inodes_the_run_needs_is_refused_before_any_io(loop_ext4, suite_in_process):
     disk = loop_ext4("200M", mkfs=("-N", "64"))  # ext4 rounds up: about 190 free inodes
     target = disk / "target"
     target.mkdir()
     free = os.statvfs(target).f_favail
     # the review workload: 536 files a checkpoint; a few MB of bytes, far more inodes than the disk has
-    done = run_suite("--scale", "0.00001", "--passes", "1", "--target", str(target), "--benchmark-disable")
+    done = suite_in_process("--scale", "0.00001", "--passes", "1", "--target", str(target), "--benchmark-disable")
     line = refused(done, f"the run needs 1,620 inodes (files and directories; 3 checkpoints of 537) but the target "
                          f"has {free:,} free (df -i)")  # fmt: skip
     assert "a filesystem with more inodes" in line

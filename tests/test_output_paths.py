@@ -10,6 +10,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,9 @@ from ckptqual.config.run_settings import SettingsError, resolve_settings
 from ckptqual.output_file import UnsafeOutput, write_file
 from ckptqual.report.record import RunRecord
 from ckptqual.runs.secret import write_secret
-from suite_runs import SMALL, run_suite
+from suite_runs import SMALL
+
+pytest_plugins = ("pytester",)
 
 ROOT = Path(ckptqual.__file__).parents[2]
 RESULTS = ROOT / "tests" / "data" / "results" / "drive-a.json"
@@ -37,11 +40,12 @@ def refusal(**options) -> str:
     return str(error.value)
 
 
-def suite_refused(done, message: str) -> str:
-    """A suite run refused before it started: exit 4, one ERROR line holding `message`, no traceback."""
-    output = done.stdout + done.stderr
-    assert done.returncode == USAGE_ERROR, output[-3000:]
-    errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR: ")]
+def suite_refused(done: pytest.RunResult, message: str) -> str:
+    """A suite run (in process: suite_in_process) refused before it started: exit 4, one ERROR line on stderr
+    holding `message`, no traceback."""
+    output = "\n".join([*done.outlines, *done.errlines])
+    assert done.ret == USAGE_ERROR, output[-3000:]
+    errors = [line for line in done.errlines if line.startswith("ERROR: ")]
     assert len(errors) == 1 and message in errors[0], output[-3000:]
     assert "Traceback" not in output and "INTERNALERROR" not in output, output[-3000:]
     return errors[0]
@@ -206,32 +210,35 @@ def test_results_where_an_unprivileged_user_cannot_look_are_refused_in_one_line(
 
 
 @pytest.mark.parametrize("kind", ["link", "fifo", "device"])
-def test_a_junitxml_at_a_link_fifo_or_device_is_refused_before_the_run(tmp_path, victim, target, kind):
+def test_a_junitxml_at_a_link_fifo_or_device_is_refused_before_the_run(
+    tmp_path, victim, target, kind, suite_in_process
+):
     junit = made(kind, tmp_path / "q.xml", victim)
-    done = run_suite(*SMALL, "--target", str(target), "--junitxml", str(junit), timeout_s=300)
+    done = suite_in_process(*SMALL, "--target", str(target), "--junitxml", str(junit))
     suite_refused(done, f"--junitxml {junit}: {KINDS[kind]}")
     assert victim.read_text() == "precious" and list(target.iterdir()) == []
 
 
 @pytest.mark.parametrize("where", ["/proc/sys/vm/drop_caches", "/proc/q.xml"])
-def test_a_junitxml_where_no_file_can_be_made_is_refused_before_the_run(target, where):
-    done = run_suite(*SMALL, "--target", str(target), "--junitxml", where, timeout_s=300)
+def test_a_junitxml_where_no_file_can_be_made_is_refused_before_the_run(target, where, suite_in_process):
+    done = suite_in_process(*SMALL, "--target", str(target), "--junitxml", where)
     assert Path(where).parent.as_posix() in suite_refused(done, f"--junitxml {where}: ")
     assert list(target.iterdir()) == []
 
 
-def test_pytests_junit_xml_reaches_its_path_through_ckptqual_and_says_where(tmp_path):
-    test = tmp_path / "test_one.py"
-    test.write_text("def test_one():\n    pass\n")
-    junit = tmp_path / "out" / "q.xml"  # its directory made, as pytest makes it
-    private = tmp_path / "tmp"  # where pytest's own XML goes first, gone at the end
-    private.mkdir()
-    command = [sys.executable, "-m", "pytest", str(test), "-p", "no:cacheprovider", "--junitxml", str(junit)]
-    env = {**os.environ, "TMPDIR": str(private)}
-    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+def test_pytests_junit_xml_reaches_its_path_through_ckptqual_and_says_where(pytester, monkeypatch):
+    """In process (pytester): a plain test run with ckptqual's plugin, pytest's temporary files (tempfile, as
+    TMPDIR sets it for a process) in a directory of the test's own."""
+    test = pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    junit = pytester.path / "out" / "q.xml"  # its directory made, as pytest makes it
+    private = pytester.mkdir("tmp")  # where pytest's own XML goes first, gone at the end
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    for name in [name for name in os.environ if name.startswith("PYTEST_XDIST")]:
+        monkeypatch.delenv(name)
+    done = pytester.runpytest_inprocess(str(test), "-p", "no:cacheprovider", "--junitxml", str(junit))
+    assert done.ret == 0, "\n".join([*done.outlines, *done.errlines])[-3000:]
     assert 'name="test_one"' in junit.read_text()
-    assert f"generated xml file: {junit}" in done.stdout
+    assert f"generated xml file: {junit}" in "\n".join(done.outlines)
     assert sorted(path.name for path in junit.parent.iterdir()) == ["q.xml"]
     assert list(private.iterdir()) == []
 

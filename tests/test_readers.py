@@ -19,6 +19,8 @@ from ckptqual.runs.sweep.driver import ReadError, SweepRun, read_shape, run_cell
 from ckptqual.runs.sweep.files import DataMismatch
 from suite_runs import missed_limit
 
+pytest_plugins = ("pytester",)
+
 ROOT = Path(__file__).resolve().parents[1]
 K, M = 1 << 10, 1 << 20
 NO_DRIVER = HostGpu(driver_problem="no CUDA driver library (test)")
@@ -52,8 +54,9 @@ def libcuda_stand_in(tmp_path_factory) -> Path:
         pytest.skip(str(error))
 
 
-def test_posix_engine_reads_back_what_was_written_from_the_drive(tmp_path):
-    run = SweepRun(SMALL, tmp_path / "sweep", seed=5, host=NO_DRIVER, verify="all")
+def test_posix_engine_reads_back_what_was_written_from_the_drive(slow_target):
+    """On the slow stand-in drive, which no other process's I/O reaches: no cell can be INVALID for it."""
+    run = SweepRun(SMALL, slow_target / "sweep", seed=5, host=NO_DRIVER, verify="all")
     run.files.write()
     for cell in plan_cells(SMALL):
         warm(run.files.paths)
@@ -74,7 +77,7 @@ def test_posix_engine_reads_back_what_was_written_from_the_drive(tmp_path):
     # Each cell starts where the last one stopped (1M and 64K cells read whole 4M files; 8K cells 96 blocks).
     assert [cell["start_offsets"] for cell in run.data["cells"]] == [[0, 0]] * 5 + [[96 * 8 * K] * 2]
     run.close()
-    assert not (tmp_path / "sweep").exists()
+    assert not (slow_target / "sweep").exists()
 
 
 def test_a_block_that_reads_back_wrong_fails_the_cell(tmp_path):
@@ -246,10 +249,11 @@ print(json.dumps({"host": host.to_dict(), "problems": problems, "cells": run.dat
 )
 
 
-def test_kvikio_host_path_reads_cold_data_through_the_stand_in(tmp_path, libcuda_stand_in):
+def test_kvikio_host_path_reads_cold_data_through_the_stand_in(slow_target, libcuda_stand_in):
+    """On the slow stand-in drive, which no other process's I/O reaches: no cell can be INVALID for it."""
     env = os.environ | {"CKPTQUAL_TEST_LIBCUDA": str(libcuda_stand_in)}
     child = subprocess.run(
-        [sys.executable, "-c", KVIKIO_CHILD, str(tmp_path / "sweep")],
+        [sys.executable, "-c", KVIKIO_CHILD, str(slow_target / "sweep")],
         env=env,
         capture_output=True,
         text=True,
@@ -277,7 +281,7 @@ def test_kvikio_host_path_reads_cold_data_through_the_stand_in(tmp_path, libcuda
         assert cell["bytes"] == cell["planned_bytes"]
         assert cell["verified_requests"] == cell["requests"] == 2 * cell["requests_per_job"]
         assert cell["outcome"] == "MEASURED"
-    assert not (tmp_path / "sweep").exists()
+    assert not (slow_target / "sweep").exists()
 
 
 DEVICE_CHILD = (
@@ -327,16 +331,17 @@ print(json.dumps(out))
 )
 
 
-def device_child(tmp_path: Path, stand_in_library: Path, transfer: str) -> dict:
+def device_child(tmp_path: Path, target: Path, stand_in_library: Path, transfer: str) -> dict:
+    """The sweep's files on `target` (the slow stand-in drive, which no other process's I/O reaches)."""
     env = os.environ | {"CKPTQUAL_TEST_LIBCUDA": str(stand_in_library), "CUFILE_LOGFILE_PATH": str(tmp_path / "log")}
-    command = [sys.executable, "-c", DEVICE_CHILD, str(tmp_path / "sweep"), transfer]
+    command = [sys.executable, "-c", DEVICE_CHILD, str(target / "sweep"), transfer]
     child = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert child.returncode == 0, child.stderr[-3000:]
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
-def test_cpu_gpu_reads_into_device_buffers_through_bounce_buffers(tmp_path, libcuda_stand_in):
-    out = device_child(tmp_path, libcuda_stand_in, "cpu-gpu")
+def test_cpu_gpu_reads_into_device_buffers_through_bounce_buffers(tmp_path, slow_target, libcuda_stand_in):
+    out = device_child(tmp_path, slow_target, libcuda_stand_in, "cpu-gpu")
     assert out["error"] is None
     for cell in out["cells"]:
         settings = cell["settings"]
@@ -346,9 +351,9 @@ def test_cpu_gpu_reads_into_device_buffers_through_bounce_buffers(tmp_path, libc
         assert cell["outcome"] == "MEASURED"
 
 
-def test_gpu_direct_never_falls_back_to_posix_silently(tmp_path, libcuda_stand_in):
+def test_gpu_direct_never_falls_back_to_posix_silently(tmp_path, slow_target, libcuda_stand_in):
     """Where cuFile cannot run (here: no nvidia-fs, no GPU), gpu-direct fails; it never measures POSIX reads."""
-    out = device_child(tmp_path, libcuda_stand_in, "gpu-direct")
+    out = device_child(tmp_path, slow_target, libcuda_stand_in, "gpu-direct")
     assert out["error"].startswith("gpu-direct: KvikIO cannot read sweep-job000.bin with cuFile (compat mode is off")
     (cell,) = out["cells"]
     assert cell["outcome"] == "ERROR" and "GiBps" not in cell
@@ -462,11 +467,11 @@ def test_a_gpu_transfer_without_a_gpu_is_skipped_with_its_reason(tmp_path, libcu
         (["--sweep-file-bytes", "64K"], "ERROR: sweep file size 64K (command line) is smaller than the largest block"),
     ],
 )
-def test_a_bad_sweep_option_is_a_usage_error_before_any_io(options, message):
-    command = [sys.executable, "-m", "pytest", "tests_qual/test_read_sweep.py", "-p", "no:cacheprovider", *options]
-    child = subprocess.run([*command, "--collect-only", "-q"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert child.returncode == pytest.ExitCode.USAGE_ERROR
-    errors = [line for line in (child.stdout + child.stderr).splitlines() if line.startswith("ERROR:")]
+def test_a_bad_sweep_option_is_a_usage_error_before_any_io(suite_in_process, options, message):
+    """In process (pytester): the suite's answer to the option."""
+    done = suite_in_process(*options, "--collect-only", "-q", tests=("test_read_sweep.py",))
+    assert done.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in [*done.outlines, *done.errlines] if line.startswith("ERROR:")]
     assert len(errors) == 1 and errors[0].startswith(message)
 
 

@@ -5,28 +5,34 @@ is refused in one line naming the key with exit 2, or, where the schema allows t
 The record is a real built-in run's on a loop-mounted ext4 (tests/data/results/loop-ext4-devices.json: `pytest
 tests_qual --workload llama3-8b --scale 0.0009 --sweep-file-bytes 64M`), with the device byte counts of every timed
 region and the cleanup's account; a mapping of alike entries (the tests by node ID) is mutated through its first
-entry, a list through its first item."""
+entry, a list through its first item.
+
+The commands run in this process (cli.main: the same exit code and stderr a `ckptqual` process gives, which one
+refused mutation per command proves in a real process)."""
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import io
 import json
 import math
-from collections.abc import Iterator
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import validators
 
 from ckptqual.cli import main
-from ckptqual.documents import key_path
+from ckptqual.documents import checker, key_path
 from ckptqual.report.extract import load_run
 from ckptqual.report.figures import draw_all
 from ckptqual.report.html import render
-from ckptqual.report.schema import shape_problem
+from ckptqual.report.schema import SCHEMA, shape_problem
 
 RECORD = Path(__file__).parent / "data" / "results" / "loop-ext4-devices.json"
 DATA = json.loads(RECORD.read_text())
@@ -58,17 +64,26 @@ def _paths(value: Any, path: Path_ = ()) -> Iterator[Path_]:
 
 
 def _mutated(data: Any, mutations: list[tuple[Path_, Any]]) -> Any:
-    """`data` with each path set to its value, or removed; the deepest first, so that none hides another."""
-    data = copy.deepcopy(data)
+    """`data` with each path set to its value, or removed; the deepest first, so that none hides another. Only the
+    objects and lists on the paths are copied: the rest is shared with `data`, which stays as it is."""
+    root = _shallow(data)
+    copied = {id(root)}
     for path, value in sorted(mutations, key=lambda mutation: -len(mutation[0])):
-        node = data
+        node = root
         for part in path[:-1]:
+            if id(node[part]) not in copied:
+                node[part] = _shallow(node[part])
+                copied.add(id(node[part]))
             node = node[part]
         if value is REMOVED:
             del node[path[-1]]
         else:
             node[path[-1]] = value
-    return data
+    return root
+
+
+def _shallow(value: Any) -> Any:
+    return dict(value) if isinstance(value, dict) else list(value)
 
 
 def _value(path: Path_) -> Any:
@@ -89,8 +104,37 @@ MUTATIONS = [(path, kind) for path in _paths(DATA) for kind in _kinds(path)]
 
 @functools.cache
 def _allowed() -> frozenset[tuple[Path_, str]]:
-    """The mutations the schema allows, decided once for both tests below."""
-    return frozenset((p, kind) for p, kind in MUTATIONS if shape_problem(_mutated(DATA, [(p, KINDS[kind])])) is None)
+    """The mutations the schema allows, decided once for both tests below. Both prove the decision with the
+    product's own check: the refused ones must be refused by the commands, the allowed ones read by them."""
+    accepts = _accepts_beside_data()
+    return frozenset((p, kind) for p, kind in MUTATIONS if accepts(_mutated(DATA, [(p, KINDS[kind])])))
+
+
+def _accepts_beside_data() -> Callable[[Any], bool]:
+    """Whether the record's schema accepts a document (as shape_problem's `None`), checked by the record's own
+    validator class with each keyword's check skipped on a part of DATA it already passed there: a mutated record
+    shares all but the objects on its mutated path with DATA (_mutated), so that only those are checked again."""
+    passed: set[tuple[str, int, int]] = set()  # (keyword, id of schema, id of a part of DATA that DATA holds)
+    learning = [True]
+
+    def remembered(keyword: str, check: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+        def remembered_check(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
+            key = (keyword, id(schema), id(instance))
+            if key in passed:
+                return
+            errors = list(check(validator, value, instance, schema))
+            if learning[0] and not errors:
+                passed.add(key)
+            yield from errors
+
+        return remembered_check
+
+    base = type(checker(SCHEMA))
+    checks = {keyword: remembered(keyword, check) for keyword, check in base.VALIDATORS.items()}
+    validator = validators.extend(base, checks)(SCHEMA)
+    assert validator.is_valid(DATA)
+    learning[0] = False  # only DATA's parts, alive and unchanged while the tests run, are remembered
+    return validator.is_valid
 
 
 def _command(name: str, path: Path, out: Path) -> list[str]:
@@ -104,6 +148,13 @@ def _run(arguments: list[str]) -> tuple[int, str]:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         code = main(arguments)
     return code, err.getvalue()
+
+
+def _run_process(arguments: list[str]) -> tuple[int, str]:
+    """`ckptqual` in a process of its own: its exit code and what it printed to stderr."""
+    command = [sys.executable, "-m", "ckptqual.cli", *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, env=os.environ, timeout=300)
+    return done.returncode, done.stderr
 
 
 def _read_by_every_command(path: Path, tmp_path: Path) -> None:
@@ -159,3 +210,15 @@ def test_a_mutation_the_schema_allows_is_read_without_a_traceback(kind, tmp_path
         for mutated in records:
             file.write_text(json.dumps(mutated))
             _read_by_every_command(file, tmp_path)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_a_ckptqual_process_refuses_as_the_command_does_in_this_process(name, tmp_path):
+    """The tests above call cli.main in this process; a real `ckptqual` process gives the same exit code and stderr."""
+    path, kind = next((p, k) for p, k in MUTATIONS if k == "a string" and len(p) == 2 and (p, k) not in _allowed())
+    file = tmp_path / "mutated.json"
+    file.write_text(json.dumps(_mutated(DATA, [(path, KINDS[kind])])))
+    arguments = _command(name, file, tmp_path / "out")
+    code, err = _run(arguments)
+    assert code == 2 and err.count("\n") == 1 and key_path(path) in err, err
+    assert _run_process(arguments) == (code, err)

@@ -15,7 +15,9 @@ from ckptqual.config.space import check_space
 from ckptqual.config.values import SettingsError
 from ckptqual.host import gpu
 from ckptqual.limits.steady import WINDOW
-from suite_runs import lenient_drive, run_suite
+from suite_runs import lenient_drive
+
+pytest_plugins = ("pytester",)
 
 
 def test_plan_refuses_the_scale_the_run_refuses(capsys):
@@ -46,12 +48,12 @@ def test_the_manuals_check_command_is_accepted():
 
 
 @pytest.mark.skipif(gpu.probe().problem("gpu-direct") is None, reason="this host can run gpu-direct")
-def test_a_required_sweep_with_nothing_this_host_can_run_is_refused_before_any_io(tmp_path):
-    done = run_suite(
+def test_a_required_sweep_with_nothing_this_host_can_run_is_refused_before_any_io(tmp_path, suite_in_process):
+    done = suite_in_process(
         "--drive=d5-p5336", "--scale=0.001", f"--target={tmp_path}", tests=("test_fill.py", "test_read_sweep.py")
     )
-    assert done.returncode == 4, done.stdout + done.stderr
-    error = next(line for line in done.stderr.splitlines() if line.startswith("ERROR: "))
+    assert done.ret == 4, "\n".join([*done.outlines, *done.errlines])
+    error = next(line for line in done.errlines if line.startswith("ERROR: "))
     assert "requires the sweep, whose transfers here are gpu-direct, and none can run on this host" in error
     assert error.endswith(
         "or qualify this host's read path with a drive file whose sweep reads without a GPU too (--drive local)"
@@ -68,14 +70,14 @@ source = "test: beyond any host's ceiling"
 """
 
 
-def test_too_little_space_suggests_no_fix_where_the_ceiling_refuses_every_run(tmp_path, tmpfs):
+def test_too_little_space_suggests_no_fix_where_the_ceiling_refuses_every_run(tmp_path, tmpfs, suite_in_process):
     """Before, the space refusal came first and suggested --checkpoints-per-pass 3 --scale ..., a run the ceiling
     then refused; now the one line is the ceiling's, which no smaller run changes."""
     drive = lenient_drive(tmp_path / "unreachable.toml", "beyond the ceiling", extra_limits=UNREACHABLE)
     small = tmpfs("size=16m")
-    done = run_suite(f"--drive={drive}", "--workload=llama3-8b", "--scale=0.001", f"--target={small}")
-    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
-    error = next(line for line in done.stderr.splitlines() if line.startswith("ERROR: "))
+    done = suite_in_process(f"--drive={drive}", "--workload=llama3-8b", "--scale=0.001", f"--target={small}")
+    assert done.ret == 4, "\n".join([*done.outlines[-30:], *done.errlines[-30:]])
+    error = next(line for line in done.errlines if line.startswith("ERROR: "))
     assert "min 5000 GB/s is above what this host can measure" in error and "--checkpoints-per-pass" not in error
     assert "qualify fewer drives at once on this host" in error and "--scale" not in error, error
     assert list(small.iterdir()) == []

@@ -2,9 +2,9 @@
 fix; each value's origin is recorded; one row drives every place an option appears; one space check, with a fix."""
 
 import argparse
+import os
 import re
-import subprocess
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from types import UnionType
@@ -20,6 +20,9 @@ from ckptqual.config.table import SETTINGS, SettingValues, add_options, overlay,
 from ckptqual.config.table import row as setting_row
 from ckptqual.config.values import whole
 from ckptqual.host import gpu
+from suite_runs import load_once
+
+pytest_plugins = ("pytester",)
 
 ROOT = Path(ckptqual.__file__).parents[2]
 LOCAL = str(ROOT / "thresholds" / "local.toml")
@@ -220,6 +223,7 @@ def conforms(value: object, hint: object) -> bool:
         return value is None
     if hint is float:
         return isinstance(value, float)
+    assert isinstance(hint, type), hint
     return isinstance(value, hint) and not (hint is int and isinstance(value, bool))
 
 
@@ -256,17 +260,28 @@ def test_each_setting_is_a_typed_attribute_whose_type_its_row_gives(tmp_path):
     assert run.workload_name == "llama3.1-405b-dcp" and run.workload.name == "llama3.1-405b-dcp"
 
 
-def pytest_run(directory: Path, *args: str) -> subprocess.CompletedProcess:
-    """pytest in a child process with only ckptqual's options plugin (the rest of the plugin is not needed)."""
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:ckptqual"]
-    command += ["-p", "ckptqual.pytest_plugin.options", *args]
-    return subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=300)
+@pytest.fixture
+def pytest_run(request) -> tuple[pytest.Pytester, Callable[..., pytest.RunResult]]:
+    """This test's pytester, and pytest run in this process in its directory with only ckptqual's options plugin
+    (the rest of the plugin is not needed), not as an xdist worker."""
+    load_once()  # before pytester is made: it restores sys.modules as it found them
+    pytester: pytest.Pytester = request.getfixturevalue("pytester")
+
+    def run(*args: str) -> pytest.RunResult:
+        with pytest.MonkeyPatch.context() as patch:
+            for name in [name for name in os.environ if name.startswith("PYTEST_XDIST")]:
+                patch.delenv(name)
+            options = ["-p", "no:cacheprovider", "-p", "no:ckptqual", "-p", "ckptqual.pytest_plugin.options"]
+            # its rootdir, as a user's run in it has (-k matches the names of the directories above a test)
+            return pytester.runpytest_inprocess(*options, f"--rootdir={pytester.path}", *args)
+
+    return pytester, run
 
 
-def test_pytest_help_shows_every_option_with_its_default_and_origin(tmp_path):
-    child = pytest_run(tmp_path, "--help")
-    assert child.returncode == 0, child.stderr
-    help_text = " ".join(child.stdout.split())
+def test_pytest_help_shows_every_option_with_its_default_and_origin(pytest_run):
+    child = pytest_run[1]("--help")
+    assert child.ret == 0, child.errlines
+    help_text = " ".join(" ".join(child.outlines).split())
     for row in (row for row in SETTINGS if row.flag):
         assert f"{row.help_text()}" in help_text, row.name
     scale = (
@@ -289,7 +304,9 @@ ALL_PARTS = {"fill", "sweep", "layouts"}
 def fix_of(message: str) -> dict[str, str]:
     """The options a refusal suggests, by setting name."""
     flags = {row.flag: row.name for row in SETTINGS if row.flag}
-    advice = re.search(r"; use ((?:--[\w-]+ \S+ ?)+) \(then", message).group(1)
+    found = re.search(r"; use ((?:--[\w-]+ \S+ ?)+) \(then", message)
+    assert found is not None, message
+    advice = found.group(1)
     return {flags[flag]: value for flag, value in re.findall(r"(--[\w-]+) (\S+)", advice)}
 
 
@@ -381,35 +398,41 @@ def test_shard_layouts(layout_strategy): pass
 
 
 @pytest.fixture
-def suite(tmp_path, tmpfs) -> tuple[Path, list[str]]:
+def suite(pytest_run, tmpfs) -> tuple[Callable[..., pytest.RunResult], list[str]]:
     """A qualification-shaped suite whose target holds the fill (3 x 0.17 GB) but not the fill and the sweep's
-    files (4 x 256 MiB) at once; the layouts (2 x 16 MiB) fit beside the fill."""
-    (tmp_path / "conftest.py").write_text(SPACE_CONFTEST)
-    (tmp_path / "test_suite.py").write_text(SPACE_TESTS)
+    files (4 x 256 MiB) at once; the layouts (2 x 16 MiB) fit beside the fill. Run in this process (pytester)."""
+    pytester, run = pytest_run
+    pytester.makeconftest(SPACE_CONFTEST)
+    pytester.makepyfile(test_suite=SPACE_TESTS)
     target = tmpfs("size=1g")
-    return tmp_path, ["--target", str(target), "--scale", "0.0001", "--collect-only", "-q"]
+    return run, ["--target", str(target), "--scale", "0.0001", "--collect-only", "-q"]
+
+
+def output(child: pytest.RunResult) -> str:
+    return "\n".join([*child.outlines, *child.errlines])
 
 
 def test_the_sweeps_files_are_refused_when_they_do_not_fit(suite):
-    directory, options = suite
-    child = pytest_run(directory, *options)
-    assert child.returncode == pytest.ExitCode.USAGE_ERROR, child.stdout + child.stderr
-    assert "read sweep 1.074 GB: 4 files of 256M" in child.stderr and "; use --" in child.stderr
+    run, options = suite
+    child = run(*options)
+    assert child.ret == pytest.ExitCode.USAGE_ERROR, output(child)
+    errors = "\n".join(child.errlines)
+    assert "read sweep 1.074 GB: 4 files of 256M" in errors and "; use --" in errors
 
 
 def test_fill_or_restore_is_not_refused_for_the_sweeps_or_the_layouts_space(suite):
-    directory, options = suite
-    child = pytest_run(directory, *options, "-k", "fill or restore", "--layout-max-bytes", "1G")
-    assert child.returncode == pytest.ExitCode.OK, child.stdout + child.stderr
-    assert "2/30 tests collected (28 deselected)" in child.stdout
+    run, options = suite
+    child = run(*options, "-k", "fill or restore", "--layout-max-bytes", "1G")
+    assert child.ret == pytest.ExitCode.OK, output(child)
+    assert "2/30 tests collected (28 deselected)" in "\n".join(child.outlines)
 
 
 def test_gpu_direct_cells_are_not_counted_on_a_host_without_a_gpu(suite):
-    directory, options = suite
+    run, options = suite
     runnable = gpu.probe().problem("gpu-direct") is None
-    child = pytest_run(directory, *options, "--transfer", "gpu-direct")
+    child = run(*options, "--transfer", "gpu-direct")
     # Refused either way: with a GPU its cells' files do not fit; without one the required sweep has nothing to run.
-    assert child.returncode == pytest.ExitCode.USAGE_ERROR, child.stdout + child.stderr
-    assert ("read sweep" if runnable else "none can run on this host") in child.stderr
-    counted = pytest_run(directory, *options, "--transfer", "gpu-direct,cpu-only")
-    assert counted.returncode == pytest.ExitCode.USAGE_ERROR, counted.stdout + counted.stderr
+    assert child.ret == pytest.ExitCode.USAGE_ERROR, output(child)
+    assert ("read sweep" if runnable else "none can run on this host") in "\n".join(child.errlines)
+    counted = run(*options, "--transfer", "gpu-direct,cpu-only")
+    assert counted.ret == pytest.ExitCode.USAGE_ERROR, output(counted)
