@@ -33,12 +33,14 @@ from ckptqual.runs.secret import write_secret
 from ckptqual.runs.wire import CONTROLLER, Wire
 from suite_runs import REPO, LiveSuite, lenient_drive, parent, user_environment
 
-RANKS_PER_NODE = 4  # llama3-8b: 8 ranks over 2 nodes
+# The workloads of these runs: llama3-8b-dp2, one rank a node, where the point is the run's messages, not its ranks;
+# the same model on four ranks, two a node (`workload_of`), where a node's several ranks are the point.
+PAIR = "llama3-8b-dp2"
 # How long a torchrun agent waits on a call to the rendezvous store (hosted by one of the agents) before it gives up:
 # an agent whose rendezvous host died ends after this (docs/many-nodes.md).
 RENDEZVOUS_READ_TIMEOUT_S = 10
 SCALE = 0.0002
-TINY = ["--workload", "llama3-8b", "--scale", str(SCALE), "--sample-interval", "0"]
+TINY = ["--scale", str(SCALE), "--sample-interval", "0"]
 FILL_AND_RESTORE = ("test_fill.py", "test_restore.py")
 
 
@@ -82,16 +84,29 @@ def listener(port: int) -> int:
     raise AssertionError(f"nothing listens on port {port}")
 
 
+def workload_of(tmp_path: Path, ranks: int) -> str:
+    """LLaMA 3 8B on `ranks` data-parallel ranks (ZeRO-3): llama3-8b-dp2 for two, else a workload file written here."""
+    if ranks == 2:
+        return PAIR
+    path = tmp_path / f"llama3-8b-dp{ranks}.toml"
+    pair = (REPO / "fixtures" / "workloads" / f"{PAIR}.toml").read_text()
+    path.write_text(pair.replace("dp = 2\n", f"dp = {ranks}\n").replace("on two ranks", f"on {ranks} ranks"))
+    return str(path)
+
+
 class TwoNodes:
-    """A run over two simulated nodes: the suite as controller, and one torchrun launch per node."""
+    """A run over two simulated nodes: the suite as controller, and one torchrun launch per node of `per_node` ranks
+    each, for a plan of `workload` (default: one of as many ranks as both nodes start)."""
 
     def __init__(
         self,
         tmp_path: Path,
         *suite_args: str,
         tests: tuple[str, ...] = FILL_AND_RESTORE,
-        per_node: int = RANKS_PER_NODE,
+        per_node: int = 1,
+        workload: str | None = None,
     ) -> None:
+        self.workload = workload or workload_of(tmp_path, 2 * per_node)
         self.run_id = f"ckptqual-test-{uuid.uuid4().hex[:8]}"
         self.target, self.results = tmp_path / "shared", tmp_path / "results.json"
         self.target.mkdir()
@@ -102,6 +117,7 @@ class TwoNodes:
             tmp_path / "controller.log",
             *("--nodes", "2", "--controller", controller, "--target", str(self.target), "--drive", str(drive)),
             *("--secret-file", str(self.secret), "--results", str(self.results), *TINY, *suite_args),
+            *("--workload", self.workload),
             tests=tests,
         )
         self.rendezvous_port = free_port()
@@ -161,19 +177,19 @@ def two_nodes(tmp_path) -> Iterator[Callable[..., TwoNodes]]:
 
 
 def test_two_nodes_write_exactly_their_planned_files_and_the_slowest_rank_is_the_time(two_nodes):
-    run = two_nodes("--checkpoints-per-pass", "2", "--passes", "1", "--keep")
+    run = two_nodes("--checkpoints-per-pass", "2", "--passes", "1", "--keep", per_node=2)
     code, launches = run.finish()
     data = run.data()
     assert data["errors"] == [], run.output()
     assert launches == [0, 0], run.output()  # both nodes stopped as planned when the run ended
     assert code in (0, 1), run.output()  # QUALIFIED, or a verdict on figures this busy host measured
-    plan = load_workload("llama3-8b").plan().scaled(SCALE)
-    assert data["settings"]["nodes"] == 2 and len(plan.ranks) == 2 * RANKS_PER_NODE
+    plan = load_workload(run.workload).plan().scaled(SCALE)
+    assert data["settings"]["nodes"] == 2 and len(plan.ranks) == 4
     checkpoints = data["checkpoints"]
     assert len(checkpoints) == 2
     for checkpoint in checkpoints:
         ranks = checkpoint["ranks"]
-        assert [r["rank"] for r in ranks] == list(range(8)) and {r["node"] for r in ranks} == {0, 1}
+        assert [r["rank"] for r in ranks] == list(range(4)) and {r["node"] for r in ranks} == {0, 1}
         assert [(r["bytes"], r["files"]) for r in ranks] == [(rank.nbytes, len(rank.files)) for rank in plan.ranks]
         # MLPerf Storage's timing: the slowest rank of all nodes is the checkpoint's time, the throughput the total's.
         assert checkpoint["seconds"] == max(r["done_s"] for r in ranks)
@@ -185,7 +201,7 @@ def test_two_nodes_write_exactly_their_planned_files_and_the_slowest_rank_is_the
         assert [n["node"] for n in nodes] == [0, 1]
         for node in nodes:
             mine = [r for r in ranks if r["node"] == node["node"]]
-            assert node["ranks"] == [r["rank"] for r in mine] and len(mine) == RANKS_PER_NODE
+            assert node["ranks"] == [r["rank"] for r in mine] and len(mine) == 2
             assert node["seconds"] == max(r["done_s"] for r in mine)
             assert node["slowest_rank"] == max(mine, key=lambda r: r["done_s"])["rank"]
             assert node["bytes"] == sum(r["bytes"] for r in mine) and node["read_files_of_node"] is None
@@ -212,12 +228,12 @@ def test_two_nodes_write_exactly_their_planned_files_and_the_slowest_rank_is_the
 
 def test_a_killed_node_fails_the_run_on_both_nodes_within_the_rank_timeout_and_nothing_is_left(two_nodes):
     timeout_s = 60
-    run = two_nodes("--checkpoints-per-pass", "50", "--passes", "1", "--rank-timeout", str(timeout_s))
+    run = two_nodes("--checkpoints-per-pass", "50", "--passes", "1", "--rank-timeout", str(timeout_s), per_node=2)
     run.suite.wait_for("ckptqual: pass 1 checkpoint 1/50")
     # The worst node to lose: the one whose torchrun agent hosts the rendezvous store the other agent relies on.
     agent = listener(run.rendezvous_port)
     workers = {pid: env for pid, env in processes_of(run.run_id).items() if parent(pid) == agent}
-    assert len(workers) == RANKS_PER_NODE and agent in [launch.pid for launch in run.launches]
+    assert len(workers) == 2 and agent in [launch.pid for launch in run.launches]
     (node,) = {env["GROUP_RANK"] for env in workers.values()}
     killed_at = time.monotonic()
     for pid in (agent, *workers):
@@ -234,7 +250,7 @@ def test_a_killed_node_fails_the_run_on_both_nodes_within_the_rank_timeout_and_n
     error = outcome["message"]
     # The killed node is named whole; a rank of the other node that its own agent ended before it could tell what it
     # saw (torchrun stops its workers once the rendezvous is gone) may be named beside it.
-    whole, also = rf"node {node} \(host [^)]+, all its 4 ranks\)", r"((; |, )rank \d on node \d \(host [^)]+\))*"
+    whole, also = rf"node {node} \(host [^)]+, all its 2 ranks\)", r"((; |, )rank \d on node \d \(host [^)]+\))*"
     assert re.search(rf"{whole}{also} stopped answering during checkpoint ", error), error
     assert "lost its peers (gloo: " in error, error
     assert data["cleanup"]["removed"] is True and list(run.target.iterdir()) == []
@@ -299,7 +315,7 @@ ATTACKS = {  # what the stranger does, and how the run's failure line must begin
         "the controller found the run's settings in ckptqual/run replaced by an unknown sender",
     ),
     "own-tasks": (
-        lambda client, payload, victim: [client.queue_push(f"ckptqual/tasks/{rank}", payload) for rank in range(8)],
+        lambda client, payload, victim: [client.queue_push(f"ckptqual/tasks/{rank}", payload) for rank in range(2)],
         "rank ",  # the worker that popped it refused it, naming itself
     ),
     "forged-ready": (
@@ -341,7 +357,7 @@ def test_a_stranger_on_the_controllers_port_is_refused_reported_never_executed_a
         victim.wait()
 
 
-@pytest.mark.parametrize("queue", ["ckptqual/events", "ckptqual/tasks/3"])
+@pytest.mark.parametrize("queue", ["ckptqual/events", "ckptqual/tasks/1"])
 def test_a_message_a_stranger_pops_from_a_queue_ends_the_run_at_once_naming_the_queue_and_the_number(two_nodes, queue):
     """A real TCPStore client on 127.0.0.1 takes one message from a queue mid-run: a worker's event (a reply) or a
     rank's next task. The heartbeats say what was sent, so the run fails within seconds, not at the rank timeout,
@@ -361,7 +377,7 @@ def test_a_message_a_stranger_pops_from_a_queue_ends_the_run_at_once_naming_the_
     data = run.data()
     assert code != 0 and data["verdict"]["overall"] != "QUALIFIED", run.output()
     message = data["tests"]["tests_qual/test_fill.py::test_fill_pass[1]"]["message"]
-    receiver = "the controller" if queue.endswith("events") else "rank 3"
+    receiver = "the controller" if queue.endswith("events") else "rank 1"
     sender = r"rank \d" if queue.endswith("events") else "the controller"
     assert re.search(
         rf"ERROR: message \d+ of {sender} in {queue} never reached {receiver}: it was put there and taken by another "
@@ -372,14 +388,15 @@ def test_a_message_a_stranger_pops_from_a_queue_ends_the_run_at_once_naming_the_
     assert data["cleanup"]["removed"] is True and list(run.target.iterdir()) == []
 
 
-def test_nodes_started_with_the_wrong_rank_count_are_refused_with_the_command_to_use(two_nodes):
-    run = two_nodes(per_node=3)  # 6 ranks in all, for a plan of 8
+def test_nodes_started_with_the_wrong_rank_count_are_refused_with_the_command_to_use(two_nodes, tmp_path):
+    run = two_nodes(per_node=1, workload=workload_of(tmp_path, 4))  # 2 ranks in all, for a plan of 4
     code, launches = run.finish()
     assert code != 0 and launches == [1, 1], run.output()  # every worker refused, so both nodes' agents failed
-    fill = run.data()["tests"]["tests_qual/test_fill.py::test_fill_pass[1]"]
+    data = run.data()
+    fill = data["tests"]["tests_qual/test_fill.py::test_fill_pass[1]"]
     assert fill["outcome"] == "ERROR" and fill["message"].endswith(
-        "could not start: torchrun started 6 ranks in all (--nnodes x --nproc-per-node) but the plan has 8; start it "
-        "with --nnodes 2 --nproc-per-node 4 on every node"
+        "could not start: torchrun started 2 ranks in all (--nnodes x --nproc-per-node) but the plan has 4; start it "
+        "with --nnodes 2 --nproc-per-node 2 on every node"
     ), fill
     assert processes_of(run.run_id) == {} and list(run.target.iterdir()) == []
 

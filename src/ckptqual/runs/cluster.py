@@ -174,6 +174,7 @@ class NodePool(Pool):
         self.abandoned: list[str] = []
         self.workers: list[Worker] = []
         self._gone: set[int] = set()
+        self._never: set[int] = set()  # ranks torchrun did not start (it started fewer than the plan has)
         self._refusals: list[str] = []  # what was refused, in order; the first fails the run
         self._tasks = 0
         run_id, secret = write_secret(secret_file)  # before listening: a worker reads it once it reaches this process
@@ -222,6 +223,7 @@ class NodePool(Pool):
         while len(self.workers) < self.ranks:
             for event in self._events():
                 if event.kind == "unable":
+                    self._never = set(range(event.body["world"], self.ranks))  # not waited for: they never come
                     raise self._stop(f"rank {event.sender} could not start: {event.body['error']}", "crash")
                 if event.kind == "ready":
                     sampler = HostSampler.from_data(event.body["sampler"])
@@ -427,7 +429,7 @@ class NodePool(Pool):
         deadline = time.monotonic() + grace_s + (_LEAVE_WAIT_S if len(self.workers) == self.ranks else late_s)
         while not self._all_gone() and time.monotonic() < deadline:
             time.sleep(_POLL_S)
-        unheard = sorted(set(range(self.ranks)) - {w.rank for w in self.workers} - self._gone)
+        unheard = sorted(set(range(self.ranks)) - {w.rank for w in self.workers} - self._gone - self._never)
         if unheard:
             self.abandoned.append(
                 f"rank(s) {', '.join(map(str, unheard))} never reached this process; they end by themselves once they "
@@ -443,8 +445,8 @@ class NodePool(Pool):
     def _all_gone(self) -> bool:
         with contextlib.suppress(RuntimeError):  # a refusal is noted in _refusals; the others go on being told to stop
             self._events()
-        joined = {w.rank for w in self.workers}
-        return all(w.gone(self._gone) for w in self.workers) and set(range(self.ranks)) - joined <= self._gone
+        awaited = set(range(self.ranks)) - {w.rank for w in self.workers} - self._never
+        return all(w.gone(self._gone) for w in self.workers) and awaited <= self._gone
 
     def _abandoned(self, worker: Worker) -> str:
         find = f"find it on host {worker.hostname} with `pgrep -af 'ckptqual node --controller {self.controller}'`"

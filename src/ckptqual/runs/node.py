@@ -152,7 +152,7 @@ def _serve(link: Link, world: int) -> NoReturn:
     run_dir = Path(run["run_dir"])
     tree, problem = _run_tree(world, run, run_dir)
     if tree is None:
-        link.post("unable", {"error": str(problem)})
+        link.post("unable", {"error": str(problem), "world": world})
         _leave(link, 2)
     dist.init_process_group("gloo", timeout=timedelta(seconds=run["timeout_s"]))
     sampler = HostSampler(run_dir)  # this node's CPUs and the block device under the target here

@@ -180,7 +180,7 @@ def body_schemas(ranks: int) -> dict[str, dict[str, Any]]:
                 "sampler": _SAMPLER,
             }
         ),
-        "unable": record({"error": text()}),
+        "unable": record({"error": text(), "world": integer(1, MAX_RANKS)}),  # world: the ranks torchrun started
         "reply": record({"task": integer(0), "reply": either("error", _FAILED, _DONE)}),
         "lost": record({"line": text()}),
         "refused": record({"line": text()}),
