@@ -3,6 +3,8 @@ fails as INVALID with the figures otherwise; measured for real with rank process
 and a drive throttled so that the ranks wait on it. The real runs write where no other work's I/O reaches: a tmpfs of
 their own, or the stand-in drive (stand_in/slow_drive.py)."""
 
+import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -89,9 +91,16 @@ def plans(ranks: int, numel: int) -> tuple[RankPlan, ...]:
 @pytest.fixture
 def busy_cpus() -> Iterator[list[int]]:
     """A busy loop pinned on each CPU this process may use, for the length of the test."""
+    with spinning() as pids:
+        yield pids
+
+
+@contextlib.contextmanager
+def spinning() -> Iterator[list[int]]:
+    """A busy loop pinned on each CPU this process may use, for the length of the block."""
     loops = []
     for cpu in sorted(os.sched_getaffinity(0)):
-        loop = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=lambda c=cpu: pin(c))
+        loop = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=functools.partial(pin, cpu))
         loops.append(loop)
     time.sleep(0.5)  # let them start spinning
     try:
@@ -106,10 +115,10 @@ def pin(cpu: int) -> None:
     os.sched_setaffinity(0, {cpu})
 
 
-def test_ranks_kept_waiting_by_busy_cpus_are_caught_and_a_failed_limit_turns_invalid(tmpfs, busy_cpus):
-    memory = tmpfs("size=160m")  # no I/O to wait for: the ranks' time is their own work, half of it behind the loops
-    with RankPool(2, seed=5, timeout_s=300, sampler=HostSampler(memory)) as pool:
-        timing = pool.write_checkpoint(memory, 0, plans(2, 60_000_000), "stream")
+def test_ranks_kept_waiting_by_busy_cpus_are_caught_and_a_failed_limit_turns_invalid(tmpfs):
+    memory = tmpfs("size=64m")  # no I/O to wait for: the ranks' time is their own work, half of it behind the loops
+    with RankPool(2, seed=5, timeout_s=300, sampler=HostSampler(memory)) as pool, spinning():  # ranks started first
+        timing = pool.write_checkpoint(memory, 0, plans(2, 20_000_000), "stream")
     host = timing.host
     assert host.cpu_busy >= CPU_SATURATED, host
     assert 0 < host.work_cpu_s == pytest.approx(sum(r.cpu_s for r in timing.ranks))
