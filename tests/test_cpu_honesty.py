@@ -22,7 +22,7 @@ from ckptqual.limits.verdict import Findings, Overall, overall_verdict
 from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
 from ckptqual.runs.pool import RankPool
 from stand_in import slow_drive
-from suite_runs import SMALL_PAIR, lenient_drive, results, run_suite
+from suite_runs import SMALL_PAIR, LiveSuite, lenient_drive, results
 
 # The stand-in drive, held to a write rate so low against the ranks' own work that their waits for a CPU stay small
 # on a host busy with other work (test_host_waits.py: at 0.625-2.5 MB/s a write figure's waits stayed under 0.12 s a
@@ -86,13 +86,6 @@ def test_a_host_bound_failure_makes_the_run_invalid_not_unqualified():
 
 def plans(ranks: int, numel: int) -> tuple[RankPlan, ...]:
     return tuple(RankPlan(r, (FilePlan(f"rank{r}.pt", (TensorSpec("x", numel, "int8"),)),)) for r in range(ranks))
-
-
-@pytest.fixture
-def busy_cpus() -> Iterator[list[int]]:
-    """A busy loop pinned on each CPU this process may use, for the length of the test."""
-    with spinning() as pids:
-        yield pids
 
 
 @contextlib.contextmanager
@@ -161,11 +154,15 @@ source = "test: a thousand times the raw write, which no drive reaches"
 """
 
 
-def test_the_suite_on_a_saturated_host_says_invalid_not_unqualified(tmp_path, tmpfs, busy_cpus):
+def test_the_suite_on_a_saturated_host_says_invalid_not_unqualified(tmp_path, tmpfs):
     drive = lenient_drive(tmp_path / "impossible.toml", "impossible drive", extra_limits=IMPOSSIBLE)
     target, record = tmpfs("size=160m"), tmp_path / "results.json"  # no other work's I/O can reach it
-    done = run_suite(*SMALL_PAIR, "--drive", str(drive), "--target", str(target), "--results", str(record))
-    assert done.returncode == 1, done.stdout[-3000:]
+    args = [*SMALL_PAIR, "--drive", str(drive), "--target", str(target), "--results", str(record)]
+    suite = LiveSuite(tmp_path / "log", *args)
+    suite.wait_for("ckptqual: measuring raw sequential write")  # started, its ranks too: every figure is still ahead
+    with spinning():
+        code = suite.finish()
+    assert code == 1, suite.output()[-3000:]
     data = results(record)
     assert data["verdict"]["overall"] == "INVALID", data["verdict"]
     first = next(t for t in data["tests"].values() if t["subject"] == "pass 1")
