@@ -2,8 +2,6 @@
 follow the drive's rate, and a checkpoint's phases adding up to its time."""
 
 import itertools
-import subprocess
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,9 +17,9 @@ from ckptqual.runs.cadence import Cadence
 from ckptqual.runs.early_stop import completed_at
 from ckptqual.runs.fill import CheckpointRecord, FillCampaign, PassResult
 from ckptqual.runs.pool import RankPool
+from stand_in import slow_drive
 
 GB = 1_000_000_000
-THROTTLE = Path("/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device")
 
 
 def plan_of(rank_bytes: int, files: int = 2) -> CheckpointPlan:
@@ -85,26 +83,14 @@ def test_a_checkpoints_phases_add_up_to_its_time(checkpoint_space, pool):
         assert spread["median"] == pytest.approx(sum(values) / 2)  # two ranks: the mean of both
 
 
-@pytest.fixture
-def throttled(loop_ext4) -> Iterator[tuple[Path, int]]:
-    """A loop-mounted ext4 whose writes the block layer holds to 4 MB/s (cgroup v1 blkio throttling of the root
-    group, which covers writeback too); lifted at the end. Skips where the kernel offers no throttle. Slow enough
-    that the ranks' CPU work, slowed down by a busy host, is a small part of a checkpoint's time."""
-    mount = loop_ext4("512M")
-    numbers = subprocess.run(["findmnt", "-n", "-o", "MAJ:MIN", str(mount)], capture_output=True, text=True)
-    device, rate = numbers.stdout.strip(), 4_000_000
-    try:
-        THROTTLE.write_text(f"{device} {rate}\n")
-    except OSError as error:
-        pytest.skip(f"cannot throttle the loop device here ({THROTTLE}: {error})")
-    try:
-        yield mount, rate
-    finally:
-        THROTTLE.write_text(f"{device} 0\n")
+# The stand-in drive (stand_in/slow_drive.py), its writes held to 4 MB/s by the block layer (cgroup v1 blkio, which
+# covers writeback too): slow enough that the ranks' CPU work, slowed down by a busy host, is a small part of a
+# checkpoint's time, and no other work's I/O reaches it.
+throttled_target = slow_drive.throttled_target(write_bps=4_000_000)
 
 
-def test_async_saves_wait_for_a_drive_slower_than_the_interval(throttled, checkpoint_space, pool):
-    mount, rate = throttled
+def test_async_saves_wait_for_a_drive_slower_than_the_interval(throttled_target, checkpoint_space, pool):
+    mount, rate = throttled_target.point, throttled_target.write_bps
     plan = plan_of(4_000_000)  # 8 MB a checkpoint: about 2 s at 4 MB/s, against a 0.5 s interval
     space, root = checkpoint_space(plan, mount / "target")
     interval, footprint = 0.5, checkpoint_footprint_bytes(plan)

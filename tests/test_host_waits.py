@@ -1,8 +1,11 @@
 """Host-bound from the figure's own threads, and other I/O on the drive: measured for real on a loop device throttled
-by cgroup v1 blkio, with busy loops as other work (host.waits, limits.host_bound, limits.cache_served)."""
+by cgroup v1 blkio, with busy loops as other work (host.waits, limits.host_bound, limits.cache_served). The figures
+judged against the throttle are taken on the stand-in drive (stand_in/slow_drive.py), which no other work's I/O
+reaches; other I/O is shown on a loop device whose image lies on this host's disk."""
 
 import contextlib
 import ctypes
+import functools
 import mmap
 import os
 import signal
@@ -28,7 +31,8 @@ from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
 from ckptqual.report.summary import summary_lines
 from ckptqual.report.verdict import record_basis
 from ckptqual.runs.pool import RankPool
-from suite_runs import junit_cases, lenient_drive, results, run_suite
+from stand_in import slow_drive
+from suite_runs import SMALL_PAIR, junit_cases, lenient_drive, results, run_suite
 
 BLKIO = Path("/sys/fs/cgroup/blkio")
 WRITE_BPS, READ_BPS = 100_000_000, 150_000_000
@@ -135,10 +139,14 @@ def throttle(numbers: str, write_bps: int, read_bps: int) -> None:
     (BLKIO / "blkio.throttle.read_bps_device").write_text(f"{numbers} {read_bps}\n")
 
 
+# The stand-in drive, its image in memory of its own, held to 100 MB/s write and 150 MB/s read.
+throttled_target = slow_drive.throttled_target(WRITE_BPS, READ_BPS, size_mb=200)
+
+
 @pytest.fixture
 def throttled(loop_ext4) -> Iterator[Path]:
-    """A loop-mounted ext4 (its image in the test's directory) that blkio holds to 100 MB/s write, 150 MB/s read;
-    skips where cgroup v1 blkio is missing."""
+    """A loop-mounted ext4 (its image in the test's directory, on this host's disk) that blkio holds to 100 MB/s write,
+    150 MB/s read; skips where cgroup v1 blkio is missing."""
     if not (BLKIO / "blkio.throttle.write_bps_device").exists():
         pytest.skip(f"cgroup v1 blkio is missing here ({BLKIO}): a drive cannot be throttled")
     mount = loop_ext4("400M")
@@ -153,6 +161,14 @@ def throttled(loop_ext4) -> Iterator[Path]:
         throttle(numbers.stdout.strip(), 0, 0)
 
 
+@pytest.fixture(scope="module")
+def pool() -> Iterator[RankPool]:
+    """Two ranks shared by the tests that leave them as they are (starting ranks, each importing torch, is most of such
+    a test's time); each test points the pool's sampler at its own drive."""
+    with RankPool(2, seed=5, timeout_s=300) as ranks:
+        yield ranks
+
+
 @contextlib.contextmanager
 def busy_loops(cpus: list[int], nice: int = 0) -> Iterator[None]:
     """A busy loop pinned on each of `cpus` at priority `nice` (negative: higher than the ranks')."""
@@ -162,7 +178,7 @@ def busy_loops(cpus: list[int], nice: int = 0) -> Iterator[None]:
         os.setpriority(os.PRIO_PROCESS, 0, nice)
 
     command = [sys.executable, "-c", "while True: pass"]
-    loops = [subprocess.Popen(command, preexec_fn=lambda c=c: start(c)) for c in cpus]
+    loops = [subprocess.Popen(command, preexec_fn=functools.partial(start, c)) for c in cpus]
     try:
         time.sleep(0.3)  # spinning before the ranks start
         yield
@@ -231,15 +247,16 @@ LOADED_RANK_BYTES, LOADED_FILES = 2_500_000, 4  # two ranks: 5 MB a checkpoint, 
 WITHIN = 0.1  # the figure within 10 % of its throttle
 
 
-def test_busy_loops_on_every_core_leave_a_throttled_drive_judged_and_a_limit_above_it_not_qualified(throttled):
-    numbers = subprocess.run(["findmnt", "-n", "-o", "MAJ:MIN", str(throttled)], capture_output=True, text=True)
-    throttle(numbers.stdout.strip(), LOADED_WRITE_BPS, LOADED_READ_BPS)
-    cpus = sorted(os.sched_getaffinity(0))
-    with RankPool(2, seed=5, timeout_s=300, sampler=HostSampler(throttled)) as pool:
-        warm = pool.write_checkpoint(throttled / "warm-up", 0, plans(numel=1 << 20), "stream")  # a rank's first
-        assert warm.bytes == 2 << 20  # write loads its engine and buffers: work the suite's baseline does first too
-        with busy_loops(cpus):
-            found = figures(pool, throttled, rounds=2, numel=LOADED_RANK_BYTES, files=LOADED_FILES)
+def test_busy_loops_on_every_core_leave_a_throttled_drive_judged_and_a_limit_above_it_not_qualified(
+    throttled_target, pool
+):
+    mount, cpus = throttled_target.point, sorted(os.sched_getaffinity(0))
+    pool.sampler = HostSampler(mount)
+    warm = pool.write_checkpoint(mount / "warm-up", 0, plans(numel=1 << 20), "stream")  # a rank's first write
+    assert warm.bytes == 2 << 20  # loads its engine and buffers: work the suite's baseline does first too
+    throttled_target.throttle(LOADED_WRITE_BPS, LOADED_READ_BPS)
+    with busy_loops(cpus):  # one written figure and one restored, each about 8 s at the throttle
+        found = figures(pool, mount, rounds=1, numel=LOADED_RANK_BYTES, files=LOADED_FILES)
     judged = verdicts(found, LOADED_WRITE_BPS, LOADED_READ_BPS)
     limit = {"fill": LOADED_WRITE_BPS / 1e6, "restore": LOADED_READ_BPS / 1e6}
     shown = [(kind, f"{rate / limit[kind]:.3f} of {limit[kind]:g} MB/s", f"CPUs {host.cpu_busy:.0%}",
@@ -251,8 +268,8 @@ def test_busy_loops_on_every_core_leave_a_throttled_drive_judged_and_a_limit_abo
     assert overall(judged) is Overall.NOT_QUALIFIED, shown
 
 
-def test_ranks_sharing_one_core_with_a_busier_process_are_host_bound_and_a_failing_limit_invalid(throttled):
-    cpu = sorted(os.sched_getaffinity(0))[0]
+def test_ranks_sharing_one_core_with_a_busier_process_are_host_bound_and_a_failing_limit_invalid(throttled_target):
+    cpu, throttled = sorted(os.sched_getaffinity(0))[0], throttled_target.point
     with RankPool(2, seed=5, timeout_s=300, sampler=HostSampler(throttled)) as pool:
         for pid in pool.pids:  # every thread of each rank, on one core; the other cores stay as they are
             for task in Path(f"/proc/{pid}/task").iterdir():
@@ -277,12 +294,12 @@ def forever(command: str) -> Iterator[None]:
         process.wait()
 
 
-def test_a_second_writer_on_the_same_disk_during_a_checkpoint_is_other_io_not_the_drive(throttled, tmp_path):
+def test_a_second_writer_on_the_same_disk_during_a_checkpoint_is_other_io_not_the_drive(throttled, tmp_path, pool):
     devices = device_bytes.devices_under(throttled)
     other = tmp_path / "other-writer"
     writer = f"dd if=/dev/zero of={other} bs=1M count=64 oflag=direct conv=fsync status=none"
-    pool = RankPool(2, seed=5, timeout_s=300, sampler=HostSampler(throttled))
-    with pool, forever(writer), device_bytes.counted(devices) as count:
+    pool.sampler = HostSampler(throttled)
+    with forever(writer), device_bytes.counted(devices) as count:
         timing = pool.write_checkpoint(throttled / "checkpoint-0", 0, plans(), "stream")
     written = count.of(timing.bytes, "written")
     reason = cache_served_reason("checkpoint 0", written)
@@ -290,20 +307,20 @@ def test_a_second_writer_on_the_same_disk_during_a_checkpoint_is_other_io_not_th
     assert f"received {written.device_bytes:,} bytes while the suite wrote and fsynced {timing.bytes:,}" in reason
 
 
-def test_a_second_reader_during_a_restore_from_a_locked_backing_file_is_other_io(throttled, tmp_path):
+def test_a_second_reader_during_a_restore_from_a_locked_backing_file_is_other_io(throttled, tmp_path, pool):
     devices = device_bytes.devices_under(throttled)
     (backing,) = devices.backing_files
     other = tmp_path / "other-reader"
     subprocess.run(["dd", "if=/dev/zero", f"of={other}", "bs=1M", "count=128", "conv=fsync", "status=none"], check=True)
-    with RankPool(2, seed=5, timeout_s=300, sampler=HostSampler(throttled)) as pool:
-        directory = throttled / "checkpoint-0"
-        timing = pool.write_checkpoint(directory, 0, plans(), "stream")
-        evict(directory)
-        with locked(Path(backing.path)):
-            below = devices.evict_below()
-            reader = f"dd if={other} of=/dev/null bs=1M iflag=direct status=none"
-            with forever(reader), device_bytes.counted(devices) as count:
-                timing = pool.run("read", directory, plans(), "restore", 0, {"engine": "stream"})
+    pool.sampler = HostSampler(throttled)
+    directory = throttled / "checkpoint-0"
+    timing = pool.write_checkpoint(directory, 0, plans(), "stream")
+    evict(directory)
+    with locked(Path(backing.path)):
+        below = devices.evict_below()
+        reader = f"dd if={other} of=/dev/null bs=1M iflag=direct status=none"
+        with forever(reader), device_bytes.counted(devices) as count:
+            timing = pool.run("read", directory, plans(), "restore", 0, {"engine": "stream"})
     assert "could not be evicted" in below[0] and "stayed in memory (mincore" in below[0], below
     read = count.of(timing.bytes, "read", layer_below=below)
     reason = cache_served_reason("restore of checkpoint 0", read)
@@ -343,33 +360,12 @@ source = "test: five times the loop device's write throttle"
 """
 
 
-@pytest.fixture
-def throttled_in_memory(tmpfs, tmp_path) -> Iterator[Path]:
-    """A loop-mounted ext4 whose image lies in a tmpfs (so its device bytes cannot be counted), throttled by blkio to
-    100 MB/s write and 150 MB/s read; skips where cgroup v1 blkio is missing."""
-    if not (BLKIO / "blkio.throttle.write_bps_device").exists():
-        pytest.skip(f"cgroup v1 blkio is missing here ({BLKIO}): a drive cannot be throttled")
-    image, point = tmpfs("size=300m") / "ext4.img", tmp_path / "throttled"
-    point.mkdir()
-    subprocess.run(["truncate", "-s", "280M", str(image)], check=True)
-    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
-    if subprocess.run(["mount", "-o", "loop", str(image), str(point)]).returncode:
-        pytest.skip("cannot loop-mount an ext4 image here (needs root and loop devices)")
-    numbers = subprocess.run(["findmnt", "-n", "-o", "MAJ:MIN", str(point)], capture_output=True, text=True)
-    try:
-        throttle(numbers.stdout.strip(), WRITE_BPS, READ_BPS)
-        yield point
-    finally:
-        throttle(numbers.stdout.strip(), 0, 0)
-        subprocess.run(["umount", str(point)], check=True)
-
-
-def test_the_suite_records_every_figures_waits_and_names_uncountable_device_bytes(throttled_in_memory, tmp_path):
+def test_the_suite_records_every_figures_waits_and_names_uncountable_device_bytes(throttled_target, tmp_path):
     drive = lenient_drive(tmp_path / "above.toml", "throttled loop in memory", extra_limits=ABOVE_THE_THROTTLE)
     record, junit = tmp_path / "results.json", tmp_path / "q.xml"
-    args = ["--workload", "llama3-8b", "--scale", "0.0003", "--checkpoints-per-pass", "2", "--passes", "1"]
+    args = [*SMALL_PAIR[:-2], "--passes", "1"]  # two ranks: what is recorded of a figure does not depend on how many
     done = run_suite(
-        *args, "--drive", str(drive), "--target", str(throttled_in_memory), "--results", str(record),
+        *args, "--drive", str(drive), "--target", str(throttled_target.point), "--results", str(record),
         "--junitxml", str(junit), "--restore-checkpoints", "1", tests=("test_fill.py", "test_restore.py"),
     )  # fmt: skip
     data = results(record)

@@ -12,9 +12,11 @@ import sys
 import time
 from pathlib import Path
 
+from stand_in import slow_drive
 from suite_runs import REPO, LiveSuite, junit_cases, results
 
-TINY = ["--workload", "llama3-8b", "--scale", "0.0002", "--layout-examples", "5", "--layout-max-bytes", "32M"]
+# Two ranks: how the layouts stop does not depend on how many ranks write them.
+TINY = ["--workload", "llama3-8b-dp2", "--scale", "0.0002", "--layout-examples", "5", "--layout-max-bytes", "32M"]
 
 
 def test_the_odd_layouts_stop_at_the_first_failure_and_count_only_what_was_written(tmp_path):
@@ -65,7 +67,11 @@ def layouts_run(tmp_path: Path, target: Path, *more: str) -> tuple[LiveSuite, Pa
     return LiveSuite(tmp_path / "log", *args, tests=("test_shard_layouts.py",)), xml, json_path
 
 
-RANK_TIMEOUT_S = 10
+# The drive: the stand-in (stand_in/slow_drive.py), its image in memory of its own and held to rates far above what
+# a layout needs, so that no other work's I/O slows a layout towards the rank timeout. A frozen drive's run waits the
+# timeout for the ranks, then for each removal it cannot do.
+throttled_target = slow_drive.throttled_target(write_bps=200_000_000, read_bps=400_000_000, size_mb=256)
+RANK_TIMEOUT_S = 5
 CLEANUP_S = 60  # stopping the ranks, removing what the run wrote, the reports: on a loaded 2-core host
 
 
@@ -82,8 +88,8 @@ def assert_stopped_in_one_line(output: str, record: dict, xml: Path, cause: str)
     assert "NOT_RUN" not in written, written
 
 
-def test_a_frozen_filesystem_stops_the_odd_layouts_at_once(loop_ext4, tmp_path):
-    point = loop_ext4("512M")
+def test_a_frozen_filesystem_stops_the_odd_layouts_at_once(throttled_target, tmp_path):
+    point = throttled_target.point
     target = point / "target"
     target.mkdir()
     suite, xml, json_path = layouts_run(tmp_path, target)
@@ -105,8 +111,8 @@ def test_a_frozen_filesystem_stops_the_odd_layouts_at_once(loop_ext4, tmp_path):
     assert list(target.iterdir()) == []
 
 
-def test_a_stopped_rank_stops_the_odd_layouts_at_once(loop_ext4, tmp_path):
-    target = loop_ext4("512M") / "target"
+def test_a_stopped_rank_stops_the_odd_layouts_at_once(throttled_target, tmp_path):
+    target = throttled_target.point / "target"
     target.mkdir()
     suite, xml, json_path = layouts_run(tmp_path, target)
     layouts_running(target)

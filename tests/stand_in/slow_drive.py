@@ -11,9 +11,12 @@ throttle, not the host.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 BLKIO = Path("/sys/fs/cgroup/blkio")
 WRITE_BPS = 10_000_000
@@ -70,3 +73,45 @@ def slow_drive(
             raise SlowDriveUnavailable(f"cannot throttle the loop device {device} here ({BLKIO}): {error}") from None
         undo.callback(_throttle, device, 0, 0)
         yield point
+
+
+def device_of(point: Path) -> str:
+    """The MAJ:MIN numbers of the block device mounted at `point`."""
+    return _run("findmnt", "-n", "-o", "MAJ:MIN", str(point)).stdout.strip()
+
+
+@dataclass
+class ThrottledDrive:
+    """A stand-in drive made by `throttled_target`: its mount point and the rates blkio holds it to."""
+
+    point: Path
+    write_bps: int
+    read_bps: int
+
+    def throttle(self, write_bps: int, read_bps: int) -> None:
+        """Holds the drive to new rates from now on (lifted with the drive at the end)."""
+        _throttle(device_of(self.point), write_bps, read_bps)
+        self.write_bps, self.read_bps = write_bps, read_bps
+
+
+def throttled_target(
+    write_bps: int = WRITE_BPS, read_bps: int = READ_BPS, size_mb: int = SIZE_MB, drives: int = 1
+) -> Callable[..., Iterator]:
+    """The pytest fixture `throttled_target` of a test module (`throttled_target = throttled_target(...)`): a
+    ThrottledDrive at these rates, or a list of `drives` of them (each its own device and throttle); skips, naming
+    what is missing, where this machine cannot make one."""
+
+    @pytest.fixture(name="throttled_target")
+    def fixture(tmp_path: Path) -> Iterator[ThrottledDrive | list[ThrottledDrive]]:
+        try:
+            with ExitStack() as made:
+                points = [
+                    made.enter_context(slow_drive(tmp_path / f"slow-{n}", write_bps, read_bps, size_mb))
+                    for n in range(drives)
+                ]
+                made_drives = [ThrottledDrive(point, write_bps, read_bps) for point in points]
+                yield made_drives[0] if drives == 1 else made_drives
+        except SlowDriveUnavailable as error:
+            pytest.skip(str(error))
+
+    return fixture
