@@ -173,12 +173,11 @@ def test_enospc_in_a_qualification_run_fails_that_pass_and_the_reports_say_why(s
     target = small_filesystem / "target"
     target.mkdir()
     ballast = small_filesystem / "ballast.bin"  # outside the target, in the test's own filesystem
-    env = {
-        "PYTHONPATH": str(REPO / "tests" / "fault_plugins"),
-        "CKPTQUAL_BALLAST": str(ballast),
-        "CKPTQUAL_BALLAST_BEFORE": "test_fill_pass[1]",
-        "CKPTQUAL_BALLAST_LEAVE_BYTES": str(16 << 20),
-    }
+    env = plugins_env(  # the plugin beside this tree's ckptqual, not whichever one is installed
+        CKPTQUAL_BALLAST=str(ballast),
+        CKPTQUAL_BALLAST_BEFORE="test_fill_pass[1]",
+        CKPTQUAL_BALLAST_LEAVE_BYTES=str(16 << 20),
+    )
     process = suite(
         "-p",
         "ballast",
@@ -197,7 +196,7 @@ def test_enospc_in_a_qualification_run_fails_that_pass_and_the_reports_say_why(s
         env=env,
     )
     output, _ = process.communicate(timeout=600)
-    assert process.returncode == 1, output[-3000:]
+    assert process.returncode == 1 and (tmp_path / "q.xml").is_file(), output[-3000:]  # exit 1 before any test too
     cases = junit_cases(tmp_path / "q.xml")
     assert "the target ran out of space: rank" in cases["test_fill_pass[1]"]["message"]
     assert "[Errno 28 ENOSPC]" in cases["test_fill_pass[1]"]["message"]
