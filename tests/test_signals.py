@@ -86,9 +86,12 @@ def test_ctrl_c_while_the_sweep_files_exist_or_during_the_restore_ends_incomplet
     target.mkdir()
     reports = ["--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
     tests = ("test_fill.py", "test_read_sweep.py", "test_restore.py")  # as `pytest tests_qual` orders them
+    sweep = SWEEP
+    if moment == "restore":  # the restore follows the fill, as without the sweep's own files
+        tests, sweep = ("test_fill.py", "test_restore.py"), []
     # one pass of four checkpoints, all four restored: three restores still to come when the first is printed
     fill = [*PAIR, "--passes", "1", "--checkpoints-per-pass", "4", "--restore-checkpoints", "4"]
-    args = [*fill, *SWEEP, "--target", str(target), *reports]
+    args = [*fill, *sweep, "--target", str(target), *reports]
     suite = LiveSuite(tmp_path / "run.log", *args, tests=tests)
     if moment == "restore":
         suite.wait_for("ckptqual: restore of checkpoint")  # the second of four restores is under way
