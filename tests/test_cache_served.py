@@ -19,7 +19,7 @@ from ckptqual.runs.fill import FillCampaign
 from ckptqual.runs.pool import RankPool
 from ckptqual.runs.sweep.cells import Cell, SweepConfig
 from ckptqual.runs.sweep.driver import SweepRun
-from suite_runs import SMALL, lenient_drive, run_suite
+from suite_runs import SMALL_PAIR, lenient_drive, run_suite
 
 # Captured on this machine (kernel 6.x, 17 fields): /sys/block/vda/stat and /sys/block/loop0/stat.
 VDA_STAT = (
@@ -213,7 +213,8 @@ def test_a_restore_through_a_loop_device_whose_backing_file_is_gone_is_invalid_n
     (tmp_path / "ext4-0.img").unlink()
     drive = lenient_drive(tmp_path / "lenient.toml", "lenient drive", RESTORE_RELATIVE_TO_RAW_READ)
     out = tmp_path / "results.json"
-    args = (*SMALL, "--drive", str(drive), "--target", str(target), "--results", str(out), "--restore-checkpoints", "1")
+    args = (*SMALL_PAIR, "--drive", str(drive), "--target", str(target), "--results", str(out))
+    args += ("--restore-checkpoints", "1")
     result = run_suite(*args, tests=("test_fill.py", "test_restore.py"))
     data = json.loads(out.read_text())
     assert result.returncode == 1, result.stdout[-3000:]

@@ -217,45 +217,49 @@ def test_a_changed_byte_in_a_data_file_is_named(tmp_path, where):
         restore.read_checkpoint_files(rank_io(0), task)
 
 
-def test_ranks_commit_metadata_after_every_ranks_files_through_the_pool(tmp_path):
+@pytest.fixture(scope="module")
+def pool():
+    """Two rank processes, started once for the tests below (each proves what it needs on the pool as it finds it)."""
+    with RankPool(2, seed=SEED, timeout_s=300) as ranks:
+        yield ranks
+
+
+def test_ranks_commit_metadata_after_every_ranks_files_through_the_pool(tmp_path, pool):
     """Two rank processes: both write, meet, and rank 0 commits `.metadata`; both read back and dcp.load."""
     plan = dcp_plan(deepspeed_plan(ARCH, Parallelism(2, 1, 1, 1)), 1)
     directory = tmp_path / "checkpoint-00000"
-    with RankPool(2, seed=SEED, timeout_s=300) as pool:
-        written = pool.write_checkpoint(directory, 0, plan.ranks, "dcp")
-        timing = pool.run("read", directory, plan.ranks, "restore", 0, {"engine": "dcp"})
+    written = pool.write_checkpoint(directory, 0, plan.ranks, "dcp")
+    timing = pool.run("read", directory, plan.ranks, "restore", 0, {"engine": "dcp"})
     assert written.bytes == timing.bytes == plan.total_bytes
     expected = metadata_bytes(plan.ranks[0].layout, str(directory), save_id(SEED, 0))
     assert (directory / METADATA).read_bytes() == expected
 
 
-def test_fill_passes_write_dcp_checkpoints_and_remove_them_whole(checkpoint_space):
+def test_fill_passes_write_dcp_checkpoints_and_remove_them_whole(checkpoint_space, pool):
     """The fill loop, unchanged, writes dcp checkpoints through the engine registry; retention removes every file a
     checkpoint holds, `.metadata` included."""
     plan = formatted_plan(deepspeed_plan(ARCH, Parallelism(2, 1, 1, 1)), "dcp")
     space, root = checkpoint_space(plan)
     space.declare("checkpoints/checkpoint-*", [f.path for r in plan.ranks for f in r.files] + list(shared_files("dcp")))
-    with RankPool(2, seed=SEED, timeout_s=120) as pool:
-        campaign = FillCampaign(root, plan, pool, checkpoint_engine("dcp", "stream"), 2, remove=space.remove)
-        campaign.run_pass(1)
-        campaign.run_pass(2)
+    campaign = FillCampaign(root, plan, pool, checkpoint_engine("dcp", "stream"), 2, remove=space.remove)
+    campaign.run_pass(1)
+    campaign.run_pass(2)
     assert sorted(p.name for p in root.iterdir()) == ["checkpoint-00002", "checkpoint-00003"]
     assert sorted(os.listdir(root / "checkpoint-00003")) == [METADATA, "__0_0.distcp", "__1_0.distcp"]
 
 
-def test_a_rank_that_fails_its_files_releases_the_others(tmp_path):
+def test_a_rank_that_fails_its_files_releases_the_others(tmp_path, pool):
     """A rank whose write fails breaks the meeting, so the coordinator fails at once instead of at the timeout, and
     no `.metadata` is committed; the pool's next checkpoint meets again."""
     plan = dcp_plan(deepspeed_plan(ARCH, Parallelism(2, 1, 1, 1)), 1)
     directory = tmp_path / "checkpoint-00000"
     directory.mkdir()
     (directory / "__1_0.distcp").write_bytes(b"in the way")  # rank 1 cannot create its file (O_EXCL)
-    with RankPool(2, seed=SEED, timeout_s=120) as pool:
-        with pytest.raises(RankFailure, match="rank 1"):
-            pool.write_checkpoint(directory, 0, plan.ranks, "dcp")
-        assert not (directory / METADATA).exists()
-        next_one = tmp_path / "checkpoint-00001"
-        assert pool.write_checkpoint(next_one, 1, plan.ranks, "dcp").bytes == plan.total_bytes  # the pool goes on
+    with pytest.raises(RankFailure, match="rank 1"):
+        pool.write_checkpoint(directory, 0, plan.ranks, "dcp")
+    assert not (directory / METADATA).exists()
+    next_one = tmp_path / "checkpoint-00001"
+    assert pool.write_checkpoint(next_one, 1, plan.ranks, "dcp").bytes == plan.total_bytes  # the pool goes on
     assert (next_one / METADATA).exists()
 
 

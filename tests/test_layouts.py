@@ -33,6 +33,11 @@ def odd_plan(megabytes: int = 20) -> CheckpointPlan:
     return CheckpointPlan("odd", (rank0, RankPlan(1, ()), RankPlan(2, (FilePlan("e.pt", ()),))))
 
 
+def odd_pair_plan() -> CheckpointPlan:
+    """The odd files on rank 0, one empty file on rank 1: the odd plan on a two-rank run."""
+    return CheckpointPlan("odd", (odd_plan().ranks[0], RankPlan(1, (FilePlan("e.pt", ()),))))
+
+
 def test_padding_adds_silent_ranks_and_refuses_too_many():
     plan = padded(odd_plan(), 5)
     assert [r.rank for r in plan.ranks] == [0, 1, 2, 3, 4] and plan.total_bytes == odd_plan().total_bytes
@@ -89,7 +94,8 @@ def test_a_bad_or_too_wide_layout_plan_is_a_usage_error(tmp_path):
 
 
 def test_a_layout_plan_replays_in_the_suite(tmp_path):
-    plan_file = save_plan(odd_plan(), tmp_path / "layout.json")
+    """On two ranks (llama3-8b-dp2), the plan's ranks the run's own (padding: the test of run_layout above)."""
+    plan_file = save_plan(odd_pair_plan(), tmp_path / "layout.json")
     results = tmp_path / "results.json"
     command = [
         sys.executable,
@@ -99,7 +105,7 @@ def test_a_layout_plan_replays_in_the_suite(tmp_path):
         "-p",
         "no:cacheprovider",
         "--workload",
-        "llama3-8b",
+        "llama3-8b-dp2",
         "--scale",
         "0.0001",
         "--layout-plan",
@@ -117,5 +123,5 @@ def test_a_layout_plan_replays_in_the_suite(tmp_path):
     assert required == ["required part fill", "required part restore", "required part sweep"]
     assert all("was never judged" in reason for reason in data["verdict"]["reasons"][3:])
     (replayed,) = data["layouts"]
-    assert replayed["plan"] == json.loads(dump_plan(odd_plan()))
-    assert replayed["bytes"] == odd_plan().total_bytes
+    assert replayed["plan"] == json.loads(dump_plan(odd_pair_plan()))
+    assert replayed["bytes"] == odd_pair_plan().total_bytes == odd_plan().total_bytes

@@ -24,9 +24,8 @@ from suite_runs import REPO, LiveSuite, junit_cases, results
 
 SPEC = FilePlan("model_states.pt", (TensorSpec("w", 70_000, "bfloat16"), TensorSpec("b", 300, "float32")))
 VICTIM_TEXT = b"someone else's data\n"
-# One short pass and a restore; few, larger files (tests/suite_runs.SMALL_PAIR, one pass).
-SLOW = ("--scale", "0.0001")  # 11 MB checkpoints on the slow stand-in drive
-ONE_PASS = ["--workload", "llama3-8b-dp2", "--scale", "0.0003", "--checkpoints-per-pass", "2", "--passes", "1"]
+# One short pass and a restore on two ranks, 11 MB checkpoints (tests/suite_runs.PAIR, one pass).
+ONE_PASS = ["--workload", "llama3-8b-dp2", "--scale", "0.0001", "--checkpoints-per-pass", "2", "--passes", "1"]
 
 
 @pytest.fixture
@@ -189,7 +188,7 @@ def test_a_checkpoint_file_planted_as_a_symlink_is_not_overwritten(tmp_path, vic
 
 def test_a_fifo_in_place_of_a_checkpoint_file_fails_the_restore_without_hanging(tmp_path, slow_target) -> None:
     """On the slow stand-in drive, where pass 1 passes however busy the host."""
-    code, output, cases, record, _ = planted_run(tmp_path, "fifo", "test_restore", tmp_path, slow_target, *SLOW)
+    code, output, cases, record, _ = planted_run(tmp_path, "fifo", "test_restore", tmp_path, slow_target)
     assert_not_qualified(code, output, cases, record)
     assert cases["test_fill_pass[1]"]["outcome"] == "passed"
     message = cases["test_restore"]["message"]

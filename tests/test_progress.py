@@ -14,17 +14,13 @@ from ckptqual.config.run_settings import resolve_settings
 from ckptqual.report.progress import Progress, duration
 from suite_runs import REPO, lenient_drive, results, run_suite, suite_command
 
-# Two ranks (LLaMA 3 8B at DP2), so that the suite starts fast; 2 passes of 3 checkpoints.
-TWO_RANKS = Path(REPO / "fixtures" / "workloads" / "llama3-8b.toml").read_text().replace("dp = 8", "dp = 2")
 
-
-def suite_args(tmp_path: Path) -> list[str]:
-    workload = tmp_path / "two-ranks.toml"
-    workload.write_text(TWO_RANKS)
+def suite_args(tmp_path: Path, scale: str) -> list[str]:
+    """Two ranks (LLaMA 3 8B at DP2), so that the suite starts fast; 2 passes of 3 checkpoints of `scale`."""
     drive = lenient_drive(tmp_path / "drive.toml", "progress test drive")
     (tmp_path / "target").mkdir()
     return [
-        f"--drive={drive}", f"--workload={workload}", "--scale=0.002", "--checkpoints-per-pass=3", "--passes=2",
+        f"--drive={drive}", "--workload=llama3-8b-dp2", f"--scale={scale}", "--checkpoints-per-pass=3", "--passes=2",
         "--sample-interval=0.2", f"--target={tmp_path / 'target'}", f"--results={tmp_path / 'results.json'}",
     ]  # fmt: skip
 
@@ -132,7 +128,7 @@ def test_durations():
 
 
 def test_in_a_pipe_the_suite_prints_one_line_per_checkpoint_and_records_the_time_series(tmp_path):
-    run = run_suite(*suite_args(tmp_path), "-q")
+    run = run_suite(*suite_args(tmp_path, "0.0002"), "-q")  # 22 MB checkpoints: lines and samples, not a live line
     assert run.returncode in (0, 1), run.stdout + run.stderr  # the verdict may be INCOMPLETE (-k fill)
     lines = run.stdout.splitlines()
     for number in (1, 2):
@@ -157,7 +153,7 @@ def test_on_a_terminal_one_live_line_is_redrawn_in_place(tmp_path):
     socket = f"ckptqual-test-{tmp_path.name}"
     command = ["env", "-u", "COLUMNS", "-u", "LINES"]  # as a person's shell: the width is the terminal's
     command += ["-u", "PYTEST_XDIST_WORKER", "-u", "PYTEST_XDIST_TESTRUNUID", "-u", "PYTEST_XDIST_WORKER_COUNT"]
-    command += [*suite_command(*suite_args(tmp_path), "-q")]
+    command += [*suite_command(*suite_args(tmp_path, "0.002"), "-q")]  # 225 MB checkpoints: passes long enough to see
     shell = f"cd {shlex.quote(str(REPO))} && {shlex.join(command)}; echo CKPTQUAL-EXIT=$?; sleep 600"
     tmux(socket, "new-session", "-d", "-x", "220", "-y", "60", "-s", "progress", shell)
     screens = []

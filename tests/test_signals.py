@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from expected_basis import head
-from suite_runs import SMALL, LiveSuite, junit_cases, results
+from suite_runs import PAIR, LiveSuite, junit_cases, results
+
+# Two ranks, 11 MB checkpoints (the signals reach the controller; eight ranks are not the point); 20 checkpoints a
+# pass, so that pass 2 is still writing when the signal arrives however busy the host.
+FILL = [*PAIR, "--checkpoints-per-pass", "20"]
 
 
 @pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT-twice", "SIGINT-then-SIGTERM"])
@@ -17,7 +21,7 @@ def test_a_second_signal_while_the_first_stops_the_run_is_ignored(tmp_path, seco
     target = tmp_path / "target"
     target.mkdir()
     reports = ["--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
-    suite = LiveSuite(tmp_path / "run.log", *SMALL, "--checkpoints-per-pass", "20", "--target", str(target), *reports)
+    suite = LiveSuite(tmp_path / "run.log", *FILL, "--target", str(target), *reports)
     suite.wait_for("ckptqual: pass 2 checkpoint 2/20")  # pass 2 removes a checkpoint before each one it writes
     suite.process.send_signal(signal.SIGINT)
     time.sleep(0.2)  # a user's second Ctrl-C, or the batch system's SIGTERM, while the run is stopping
@@ -31,7 +35,8 @@ def test_a_second_signal_while_the_first_stops_the_run_is_ignored(tmp_path, seco
     assert last.startswith(head(verdict)) and interrupted in last, last
     assert all(case.get("name") for case in ElementTree.parse(tmp_path / "q.xml").iter("testcase"))
     cases = junit_cases(tmp_path / "q.xml")
-    assert cases["test_fill_pass[1]"]["outcome"] == "passed"
+    first = cases["test_fill_pass[1]"]  # judged before the signal: a busy host may make it INVALID, never FAIL
+    assert first["outcome"] == "passed" or "INVALID" in first["message"], first
     assert cases["test_fill_pass[2]"]["outcome"] == "error"
     assert "pass 2 INTERRUPTED: the run was interrupted by SIGINT (Ctrl-C)" in cases["test_fill_pass[2]"]["message"]
     data = results(tmp_path / "r.json")
@@ -48,7 +53,7 @@ def test_a_hang_up_during_a_checkpoint_stops_the_run_like_sigterm(tmp_path):
     target = tmp_path / "target"
     target.mkdir()
     reports = ["--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
-    suite = LiveSuite(tmp_path / "run.log", *SMALL, "--checkpoints-per-pass", "20", "--target", str(target), *reports)
+    suite = LiveSuite(tmp_path / "run.log", *FILL, "--target", str(target), *reports)
     suite.wait_for("ckptqual: pass 2 checkpoint 2/20")
     suite.process.send_signal(signal.SIGHUP)
     assert suite.finish() == 2, suite.output()[-3000:]
@@ -81,10 +86,15 @@ def test_ctrl_c_while_the_sweep_files_exist_or_during_the_restore_ends_incomplet
     target.mkdir()
     reports = ["--junitxml", str(tmp_path / "q.xml"), "--results", str(tmp_path / "r.json")]
     tests = ("test_fill.py", "test_read_sweep.py", "test_restore.py")  # as `pytest tests_qual` orders them
-    args = [*SMALL, *SWEEP, "--restore-checkpoints", "2", "--target", str(target), *reports]
+    sweep = SWEEP
+    if moment == "restore":  # the restore follows the fill, as without the sweep's own files
+        tests, sweep = ("test_fill.py", "test_restore.py"), []
+    # one pass of four checkpoints, all four restored: three restores still to come when the first is printed
+    fill = [*PAIR, "--passes", "1", "--checkpoints-per-pass", "4", "--restore-checkpoints", "4"]
+    args = [*fill, *sweep, "--target", str(target), *reports]
     suite = LiveSuite(tmp_path / "run.log", *args, tests=tests)
     if moment == "restore":
-        suite.wait_for("ckptqual: restore of checkpoint")  # the second restore is under way
+        suite.wait_for("ckptqual: restore of checkpoint")  # the second of four restores is under way
     else:
         deadline = time.monotonic() + 300
         while not _sweep_files_exist(target):
