@@ -34,7 +34,8 @@ class StreamEngine:
         size = max(2 * BLOCK, -(-wanted // BLOCK) * BLOCK)
         windows = io.windows(2 if helpers.count > 1 else 1, size)
         behind = (windows[1], helpers) if len(windows) == 2 else None
-        image = FileImage(path, windows[0], io.open, self.direct, behind, io.early_writeback)
+        writeback = io.chunk_bytes if io.early_writeback else 0  # started a chunk at a time, as other engines do
+        image = FileImage(path, windows[0], io.open, self.direct, behind, writeback)
         try:
             write_archive(image, spec, serialization_id(io.checkpoint, io.rank, file_index), file_index, io)
         except BaseException:
