@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -35,23 +36,34 @@ from ckptqual.plan.workloads import load_workload
 from ckptqual.runs.pool import RankPool
 
 
-def fio_GBps(directory: Path, plan: CheckpointPlan) -> float:
-    """fio: one job per rank writing the rank's bytes over as many files, sequential 1M buffered, end_fsync."""
+def _children_cpu_s() -> float:
+    """User plus system CPU seconds of this process's ended and waited-for children (fio and its jobs)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def fio_run(directory: Path, plan: CheckpointPlan) -> tuple[float, float]:
+    """fio: one job per rank writing the rank's bytes over as many files, sequential 1M buffered, end_fsync. Returns
+    its GB/s and the CPU seconds per GB that fio's processes spent (getrusage of the ended children)."""
     command = ["fio", f"--directory={directory}", "--rw=write", "--bs=1M", "--end_fsync=1", "--output-format=json"]
     for rank in plan.ranks:
         command += [f"--name=rank{rank.rank}", f"--size={rank.nbytes}", f"--nrfiles={max(1, len(rank.files))}"]
+    cpu_before = _children_cpu_s()
     report = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
+    cpu_s = _children_cpu_s() - cpu_before
     written = sum(job["write"]["io_bytes"] for job in report["jobs"])
     runtime_s = max(job["write"]["runtime"] for job in report["jobs"]) / 1000  # the jobs run at once
-    return written / runtime_s / 1e9
+    return written / runtime_s / 1e9, cpu_s / (written / 1e9)
 
 
-def checkpoint_GBps(pool: RankPool, directory: Path, plan: CheckpointPlan, early: bool) -> tuple[float, dict]:
-    """The checkpoint's GB/s and its slowest rank's phases."""
+def checkpoint_run(pool: RankPool, directory: Path, plan: CheckpointPlan, early: bool) -> tuple[float, float, dict]:
+    """The checkpoint's GB/s, the CPU seconds per GB its ranks spent (each rank's own user plus system CPU over its
+    timed part, all its threads), and its slowest rank's phases."""
     options = {"engine": "stream", "early_writeback": early}
     timing = pool.run("write", directory, plan.ranks, "bench checkpoint", 0, options)
     slowest = max(timing.ranks, key=lambda rank: rank.done_s)
-    return timing.bytes / timing.seconds / 1e9, slowest.phases
+    cpu_s = sum(rank.cpu_s for rank in timing.ranks)
+    return timing.bytes / timing.seconds / 1e9, cpu_s / (timing.bytes / 1e9), slowest.phases
 
 
 PATHS: dict[str, bool | None] = {  # path: early writeback (None: fio)
@@ -64,9 +76,10 @@ PHASES = ("mkdir", "write", "fsync", "commit")
 
 @dataclass
 class Rounds:
-    """One path's rounds: GB/s, the load average after each, and the slowest rank's phases."""
+    """One path's rounds: GB/s, CPU seconds per GB, the load average after each, and the slowest rank's phases."""
 
     rates: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)
     phases: list[dict] = field(default_factory=list)
 
@@ -85,11 +98,12 @@ def run_rounds(target: Path, plan: CheckpointPlan, rounds: int) -> dict[str, Rou
                     directory.mkdir()
                     early = PATHS[name]
                     if early is None:
-                        results[name].rates.append(fio_GBps(directory, plan))
+                        rate, cpu = fio_run(directory, plan)
                     else:
-                        rate, timed = checkpoint_GBps(pool, directory / "ckpt", plan, early)
-                        results[name].rates.append(rate)
+                        rate, cpu, timed = checkpoint_run(pool, directory / "ckpt", plan, early)
                         results[name].phases.append(timed)
+                    results[name].rates.append(rate)
+                    results[name].cpu.append(cpu)
                     shutil.rmtree(directory)
                     results[name].loads.append(os.getloadavg()[0])
     finally:
@@ -98,16 +112,18 @@ def run_rounds(target: Path, plan: CheckpointPlan, rounds: int) -> dict[str, Rou
 
 
 def table(results: dict[str, Rounds]) -> list[str]:
-    """One row per path: median GB/s, median per-round ratio to fio, the rounds with their load, median phases."""
+    """One row per path: median GB/s, median per-round ratio to fio, median CPU s/GB, median phases, the rounds with
+    their load."""
     fio = results["fio"].rates
-    header = f"{'path':32s} {'GB/s':>6s} {'x fio':>6s}  " + " ".join(f"{p:>6s}" for p in PHASES)
+    header = f"{'path':32s} {'GB/s':>6s} {'x fio':>6s} {'CPU s/GB':>8s}  " + " ".join(f"{p:>6s}" for p in PHASES)
     lines = [header + "  rounds: GB/s (load average)", "-" * len(header)]
     for name, found in results.items():
         ratio = statistics.median(rate / base for rate, base in zip(found.rates, fio, strict=True))
         phases = [statistics.median(p.get(k, 0.0) for p in found.phases) if found.phases else None for k in PHASES]
         cells = " ".join(f"{v:6.2f}" if v is not None else f"{'-':>6s}" for v in phases)
         rounds = ", ".join(f"{rate:.3f} ({load:.1f})" for rate, load in zip(found.rates, found.loads, strict=True))
-        lines.append(f"{name:32s} {statistics.median(found.rates):6.3f} {ratio:6.2f}  {cells}  {rounds}")
+        cpu = statistics.median(found.cpu)
+        lines.append(f"{name:32s} {statistics.median(found.rates):6.3f} {ratio:6.2f} {cpu:8.3f}  {cells}  {rounds}")
     return lines
 
 
@@ -138,6 +154,7 @@ def main() -> None:
     )
     print("\n".join(table(results)))
     print("phases: median of the slowest rank's seconds; x fio: median of the per-round ratios to fio's GB/s")
+    print("CPU s/GB: median of the rounds' user+system CPU seconds per GB written, of fio's processes or of the ranks")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import numpy as np
 from ckptqual.faults import RunError
 from ckptqual.host.beneath import RunTree
 from ckptqual.io import lanes
+from ckptqual.io.engines.fileimage import aligned_buffer
 from ckptqual.io.payload import Mismatch, PayloadGenerator, find_mismatches
 from ckptqual.io.writeback import start_writeback
 from ckptqual.plan.model import FilePlan
@@ -58,6 +59,7 @@ class RankIO:
         self.buffer = np.empty(self.chunk_bytes, dtype=np.uint8)
         self._spare = np.empty(0, dtype=np.uint8)
         self._expected = np.empty(0, dtype=np.uint8)
+        self._windows: list[np.ndarray] = []
         self._crcs: OrderedDict[tuple[int, ...], int] = OrderedDict()
 
     def begin(self, stage: str) -> None:
@@ -96,6 +98,13 @@ class RankIO:
         if self._spare.nbytes < self.chunk_bytes:
             self._spare = np.empty(self.chunk_bytes, dtype=np.uint8)
         return self._spare
+
+    def windows(self, count: int, size: int) -> list[np.ndarray]:
+        """`count` page-aligned window buffers of `size` bytes (fileimage.aligned_buffer), kept for the rank's later
+        files and checkpoints: a fresh one would cost a page fault per page of every checkpoint."""
+        if len(self._windows) < count or any(window.nbytes != size for window in self._windows):
+            self._windows = [aligned_buffer(size) for _ in range(count)]
+        return self._windows[:count]
 
     @contextmanager
     def acting_as(self, rank: int) -> Iterator[None]:

@@ -2,9 +2,9 @@
 and written out in whole 4 KiB blocks, so that a file's many small records cost one write() and the payload is
 generated in place. With `direct`, the file is opened O_DIRECT and every write is aligned in offset, length and
 memory, as a direct-I/O (or GDS) checkpoint writer's is. Given a spare window and lanes with a helper, a full
-window is written behind, on the helper, while the payload is generated into the other. With `writeback`, the
-writeback of each window written out is started at once (io.writeback), so that the drive writes the file while the
-rest of it is generated rather than at its fsync."""
+window is written behind, on the helper, while the payload is generated into the other. With `writeback` (a number
+of bytes), the writeback of every that many bytes written out is started at once (io.writeback), so that the drive
+writes the file while the rest of it is generated rather than at its fsync."""
 
 from __future__ import annotations
 
@@ -30,9 +30,10 @@ def aligned_buffer(size: int) -> np.ndarray:
 
 class FileImage:
     """Writes one new file through `window` (page-aligned, a multiple of BLOCK, at least two blocks); `open_file(path,
-    flags)` opens it (RankIO.open: never through a symlink). `behind`: a spare window like `window` and the lanes
-    whose helper writes one window while the other fills (one write in flight at a time; its error is raised by
-    the next write, patch or close). `writeback`: start each written window's writeback at once (buffered only)."""
+        flags)` opens it (RankIO.open: never through a symlink). `behind`: a spare window like `window` and the lanes
+        whose helper writes one window while the other fills (one write in flight at a time; its error is raised by
+        the next write, patch or close). `writeback`: start the writeback of every `writeback` bytes written out once they
+    are (buffered only; 0: never), in ranges larger than a window where it is larger: fewer calls, larger extents."""
 
     def __init__(
         self,
@@ -41,7 +42,7 @@ class FileImage:
         open_file: Callable[[Path, int], int],
         direct: bool = False,
         behind: tuple[np.ndarray, Lanes] | None = None,
-        writeback: bool = False,
+        writeback: int = 0,
     ) -> None:
         for buffer in (window, *(behind[:1] if behind else ())):
             if buffer.nbytes % BLOCK or buffer.nbytes < 2 * BLOCK or buffer.nbytes != window.nbytes:
@@ -59,7 +60,8 @@ class FileImage:
                 ) from None
             raise
         self.window, self.direct = window, direct
-        self.writeback = writeback and not direct  # direct I/O leaves no dirty pages
+        self.writeback = 0 if direct else writeback  # direct I/O leaves no dirty pages
+        self._unstarted = 0  # the file offset from which no writeback was started yet
         self._behind = behind if behind is not None and behind[1].count > 1 else None
         self._in_flight: Future | None = None
         self.base = 0  # file offset of window[0]; a multiple of BLOCK
@@ -144,10 +146,13 @@ class FileImage:
             in_flight.result()
 
     def _write_out(self, data: np.ndarray, offset: int) -> None:
-        """Writes a full window's blocks at `offset` and, with `writeback`, starts their writeback."""
+        """Writes a full window's blocks at `offset` and, with `writeback`, starts the writeback of what is written
+        and not under way once it is `writeback` bytes or more (one write out at a time: no lock)."""
         self._pwrite(data, offset)
-        if self.writeback:
-            start_writeback(self.fd, offset, data.nbytes)
+        end = offset + data.nbytes
+        if self.writeback and end - self._unstarted >= self.writeback:
+            start_writeback(self.fd, self._unstarted, end - self._unstarted)
+            self._unstarted = end
 
     def _pwrite(self, data: np.ndarray, offset: int) -> None:
         view = data.data
