@@ -66,7 +66,7 @@ def slow_drive(
         if looped.returncode:
             raise SlowDriveUnavailable(f"cannot loop-mount an ext4 image here (needs loop devices): {looped.stderr}")
         undo.callback(_run, "umount", str(point))
-        device = _run("findmnt", "-n", "-o", "MAJ:MIN", str(point)).stdout.strip()
+        device = device_of(point)
         try:
             _throttle(device, write_bps, read_bps)
         except OSError as error:
@@ -97,8 +97,8 @@ class ThrottledDrive:
 def throttled_target(
     write_bps: int = WRITE_BPS, read_bps: int = READ_BPS, size_mb: int = SIZE_MB, drives: int = 1
 ) -> Callable[..., Iterator]:
-    """The pytest fixture `throttled_target` of a test module (`throttled_target = throttled_target(...)`): a
-    ThrottledDrive at these rates, or a list of `drives` of them (each its own device and throttle); skips, naming
+    """The pytest fixture `throttled_target` of a test module (`throttled_target = slow_drive.throttled_target(...)`):
+    a ThrottledDrive at these rates, or a list of `drives` of them (each its own device and throttle); skips, naming
     what is missing, where this machine cannot make one."""
 
     @pytest.fixture(name="throttled_target")
