@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from ckptqual.host.identity import identify
-from ckptqual.host.topology import disks_under, shared_disks
+from ckptqual.host.topology import disks_under, pci_chain, shared_disks
 from ckptqual.pytest_plugin.drive_index import shared_hardware
 from ckptqual.report.drives import drive_row, drives_index, drives_lines, shared_host
 from ckptqual.report.schema import shape_problem
-from suite_runs import HOST_LIMITED, SMALL, lenient_drive, run_suite
+from suite_runs import HOST_LIMITED, PAIR, lenient_drive, run_suite
 
 
 def _run(command: list[str]) -> subprocess.CompletedProcess:
@@ -60,6 +60,8 @@ def test_two_loop_devices_on_one_disk_are_reported_as_sharing_it(two_loops, tmp_
         row["devices"] = [loops[row["label"]]]  # as the record's identity names it: the loop device
     pcie, shared = shared_hardware(rows)
     assert shared == shared_disks(disks)
+    chain = pci_chain(under_tmp[0])  # the disk's PCI function, where it has one: the drives' one device
+    assert pcie == ([{"pci": chain[-1], "drives": ["a", "b"], "is": "their one device"}] if chain else [])
     index = drives_index(rows, shared_host(rows, 2, pcie, shared), {"overall": "INCOMPLETE", "reasons": []})
     assert shape_problem(index) is None
     lines = drives_lines(index)
@@ -78,18 +80,23 @@ def test_a_run_over_two_drives_shows_them_side_by_side_and_writes_their_page(two
     report = tmp_path / "report"
     targets = [arg for point in two_loops for arg in ("--target", str(point))]
     drive = lenient_drive(tmp_path / "lenient.toml", "lenient drive")
-    result = run_suite(*SMALL, "--drive", str(drive), *targets, "--results", str(tmp_path / "q.json"),
+    result = run_suite(*PAIR, "--drive", str(drive), *targets, "--results", str(tmp_path / "q.json"),
                        "--report-dir", str(report))  # fmt: skip
     output = result.stdout + result.stderr
-    if result.returncode and "INVALID" in output.splitlines()[-1] and any(r in output for r in HOST_LIMITED):
-        pytest.skip(f"this host could not keep up: {output.splitlines()[-1][:300]}")
-    assert result.returncode == 0, output[-4000:]
+    # The view is the point, not the verdict: the loops' disk is this host's, which other work may use meanwhile (and a
+    # busy host may hold the ranks up), so INVALID for either reason is a verdict this run may give, with every view.
+    verdict = result.stdout.rstrip().splitlines()[-1]
+    host_limited = verdict.startswith("ckptqual verdict: INVALID") and any(r in verdict for r in HOST_LIMITED)
+    assert result.returncode == 0 or (result.returncode == 1 and host_limited), output[-4000:]
     loops = [identify(point).device for point in two_loops]
     header = next(line for line in output.splitlines() if line.split()[:1] == ["figure"])
     assert all(f"{loop} ({point})" in header for loop, point in zip(loops, two_loops, strict=True)), header
     row = next(line for line in output.splitlines() if line.split()[:3] == ["pass", "2", "GB/s"])
     assert len([cell for cell in row.split() if cell == "GB/s"]) == 3  # the name's unit, then one per drive
     assert f"shared disk {disks_under(tmp_path)[0]}: {', '.join(sorted(loops))}" in output
+    chain = pci_chain(disks_under(tmp_path)[0])
+    shared_pci = f"shared PCI device {chain[-1]}, their one device: " if chain else "shared PCI device: none under"
+    assert shared_pci in output
     page = (report / "report.html").read_text()
     assert "Drives side by side" in page and all(f"lenient {loop}" in page for loop in loops)
     assert f"the drives side by side written to {report / 'report.html'}" in output
