@@ -11,9 +11,11 @@ Each round writes, in turn (the order rotates from round to round, so that a hos
 
 Both checkpoint paths make the same bytes durable before they count as done. A shared disk varies 2x from run to
 run, so compare only rounds run side by side: the table gives per path the median GB/s, the median of its per-round
-ratios to fio's (x fio), each round's GB/s with the host's 1-minute load average after it in brackets, and the
-median over the rounds of the slowest rank's seconds in each phase of the checkpoint (mkdir, write, fsync, commit).
-Run it on a quiet host: a load average above the core count makes the ranks wait for CPUs, not the drive.
+ratios to fio's (x fio), the median CPU seconds per GB written (user plus system: of fio's processes, from getrusage
+of the ended children; of the ranks, each over its timed part, all its threads), the median over the rounds of the
+slowest rank's seconds in each phase of the checkpoint (mkdir, write, fsync, commit), and each round's GB/s with the
+host's 1-minute load average after it in brackets. Run it on a quiet host: a load average above the core count makes
+the ranks wait for CPUs, not the drive. The CPU seconds per GB vary less with the load and show what each path costs.
 
     python bench/checkpoint_vs_fio.py --target /mnt/nvme0/bench --workload llama3-8b --scale 0.015 --rounds 5
 """
