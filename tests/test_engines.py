@@ -148,9 +148,9 @@ WINDOWED_WRITE = textwrap.dedent(
     "engine, name", [("stream", "w.pt"), ("dcp", "__0_0.distcp"), ("safetensors", "model-00001-of-00001.safetensors")]
 )
 def test_an_engine_starts_the_writeback_of_its_payload_as_it_writes_it(tmp_path, engine, name, early):
-    """With early writeback each window or chunk of payload written has its writeback started at once
-    (sync_file_range over just that range, on whatever thread wrote it); without, none. The fsync that makes the file
-    durable is the saver's."""
+    """With early writeback each chunk of payload written (the stream engine: each chunk's worth of its windows) has
+    its writeback started at once (sync_file_range over just that range, on whatever thread wrote it); without,
+    none. The fsync that makes the file durable is the saver's."""
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed (apt-get install strace)")
     path, log = tmp_path / name, tmp_path / "strace.log"
@@ -161,7 +161,7 @@ def test_an_engine_starts_the_writeback_of_its_payload_as_it_writes_it(tmp_path,
     if not early:
         assert started == []
         return
-    # one range per window or chunk, in file order, one after the other: together all but the file's last piece
+    # one range per chunk, in file order, one after the other: together all but the file's last piece
     # (written at close, where the saver's per-file writeback takes over) and its headers
     assert len(started) >= 4
     assert all(offset == before + size for (before, size), (offset, _) in itertools.pairwise(started))

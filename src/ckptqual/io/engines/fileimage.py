@@ -30,10 +30,10 @@ def aligned_buffer(size: int) -> np.ndarray:
 
 class FileImage:
     """Writes one new file through `window` (page-aligned, a multiple of BLOCK, at least two blocks); `open_file(path,
-        flags)` opens it (RankIO.open: never through a symlink). `behind`: a spare window like `window` and the lanes
-        whose helper writes one window while the other fills (one write in flight at a time; its error is raised by
-        the next write, patch or close). `writeback`: start the writeback of every `writeback` bytes written out once they
-    are (buffered only; 0: never), in ranges larger than a window where it is larger: fewer calls, larger extents."""
+    flags)` opens it (RankIO.open: never through a symlink). `behind`: a spare window like `window` and the lanes
+    whose helper writes one window while the other fills (one write in flight at a time; its error is raised by
+    the next write, patch or close). `writeback`: start the writeback of every `writeback` bytes written out
+    once they are (buffered only; 0: never); larger than a window, it takes fewer calls and makes larger extents."""
 
     def __init__(
         self,

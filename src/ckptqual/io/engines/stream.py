@@ -14,23 +14,25 @@ from ckptqual.io.engines.torchformat import ALIGNMENT, Entry, central_directory,
 from ckptqual.io.engines.torchread.expected import ExpectedArchive
 from ckptqual.plan.model import FilePlan
 
-# A buffered write's window: 1 MiB, fio's block size (or the chunk size, where smaller). Each is generated, its CRC
-# taken and written out while it is still in the core's cache, where an 8 MiB window had left memory to copy into
-# the page cache; the per-window calls cost little beside that copy. A direct write's window is the chunk size: it
-# waits for the drive, so a larger one waits less often.
-WINDOW_BYTES = 1 << 20
+# The window of a rank with one lane, writing buffered: 256 KiB (or the chunk size, where smaller). Its one thread
+# generates each window, takes its CRC and writes it out while it is still in the core's cache (L2), where a
+# chunk-sized (8 MiB) window left memory to copy into the page cache; the calls per window cost less than that saves
+# (measured against 128 KiB and 1 MiB windows too). With helper lanes the window is the chunk size, so that its payload
+# spreads over the lanes and one window is written behind while the next fills; a direct write's too, as it waits for
+# the drive and a larger one waits less often.
+WINDOW_BYTES = 256 << 10
 
 
 class StreamEngine:
-    """Peak memory is one window buffer per rank (WINDOW_BYTES, or the chunk size where smaller or direct), two where
-    the rank has a helper lane to write one behind while the other fills, whatever the checkpoint size."""
+    """Peak memory is one window buffer per rank (WINDOW_BYTES with one lane, else the chunk size), two where the rank
+    has a helper lane to write one behind while the other fills, whatever the checkpoint size."""
 
     name = "stream"
     direct = False  # page cache (buffered), like torch.save; `stream-direct` writes O_DIRECT
 
     def write(self, path: Path, spec: FilePlan, file_index: int, io: RankIO) -> None:
         helpers = lanes.shared()
-        wanted = io.chunk_bytes if self.direct else min(io.chunk_bytes, WINDOW_BYTES)
+        wanted = io.chunk_bytes if self.direct or helpers.count > 1 else min(io.chunk_bytes, WINDOW_BYTES)
         size = max(2 * BLOCK, -(-wanted // BLOCK) * BLOCK)
         windows = io.windows(2 if helpers.count > 1 else 1, size)
         behind = (windows[1], helpers) if len(windows) == 2 else None
