@@ -71,15 +71,16 @@ def load_once() -> None:
             importlib.import_module(name)
 
 
-def run_suite_in_process(pytester: pytest.Pytester, *args: str, tests: tuple[str, ...] = ("test_fill.py",)):
+def run_suite_in_process(
+    pytester: pytest.Pytester, *args: str, tests: tuple[str, ...] = ("test_fill.py",)
+) -> pytest.RunResult:
     """The suite's answer to these options in this process (pytester.runpytest_inprocess): the same plugin, test
     files and rootdir as `run_suite`, for a run refused before any I/O. Returns pytest's RunResult (ret, outlines,
     errlines). Call it through the `suite_in_process` fixture, which loads LOADED_ONCE first."""
     paths = [str(REPO / "tests_qual" / name) for name in tests]
     with pytest.MonkeyPatch.context() as patch:
-        for name in os.environ:
-            if name.startswith("PYTEST_XDIST"):  # as user_environment: the run is not an xdist worker
-                patch.delenv(name)
+        for name in [name for name in os.environ if name.startswith("PYTEST_XDIST")]:
+            patch.delenv(name)  # as user_environment: the run is not an xdist worker
         return pytester.runpytest_inprocess(*paths, "-p", "no:cacheprovider", *args)
 
 
