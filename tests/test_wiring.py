@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from replay_runs import replay_suite
-from suite_runs import BOTH, PAIR, junit_cases, lenient_drive, results, suite_properties
+from replay_runs import checkout, replay_suite
+from suite_runs import BOTH, PAIR, REPO, junit_cases, lenient_drive, results, suite_properties
 
 pytest_plugins = ("pytester",)
 
@@ -73,3 +73,23 @@ def test_a_pass_slower_than_an_absolute_minimum_fails_alone(pytester, tmp_path):
     verdict = results(done.out / "r.json")["verdict"]
     assert verdict["overall"] == "NOT QUALIFIED" and verdict["reasons"] == [failed["message"].split(" || ")[0]]
     assert "relative limits only" not in verdict["basis"]
+
+
+def test_a_collection_error_is_named_as_pytests_stop_not_as_a_ctrl_c(pytester, tmp_path):
+    """pytest stops a session whose tests fail to import (its Interrupted, a KeyboardInterrupt): the verdict says
+    so, never that someone pressed Ctrl-C."""
+    (checkout(pytester).parent / "tests_qual" / "test_broken.py").write_text("import a_module_that_is_not_there\n")
+    done = replay_suite(pytester, *PAIR, "--drive", lenient(tmp_path), tests=("test_fill.py", "test_broken.py"))
+    assert done.ret == pytest.ExitCode.INTERRUPTED, done.stdout[-3000:]
+    verdict = results(done.out / "r.json")["verdict"]
+    assert verdict["overall"] == "INCOMPLETE", verdict
+    assert verdict["reasons"][0].startswith("the run was interrupted by pytest (1 error during collection)"), verdict
+    assert not any("SIGINT" in reason for reason in verdict["reasons"]), verdict
+    assert done.last.startswith("ckptqual verdict: INCOMPLETE: the run was interrupted by pytest (")
+
+
+def test_no_module_of_tests_shares_its_name_with_one_of_tests_qual():
+    """The in-process runs collect tests_qual inside this suite's workers, where tests/ modules are already imported
+    by their base name: a shared name would make pytest refuse the file ("import file mismatch")."""
+    ours = {path.name for path in Path(__file__).parent.glob("test_*.py")}
+    assert not ours & {path.name for path in (REPO / "tests_qual").glob("test_*.py")}

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ckptqual.printable import printable
 from ckptqual.pytest_plugin import benchmarks, hookspecs, junit
 from ckptqual.pytest_plugin.drives import is_worker, settle_drive_files
 from ckptqual.pytest_plugin.held import SESSION_PLUGIN, session_of
@@ -48,9 +49,12 @@ class QualificationSession:
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo) -> None:
         _drop_lineless_frames(excinfo.tb)
         message = str(excinfo.value)
-        self.state.interrupted_by = (
-            message.removeprefix("signal ") if message.startswith("signal ") else "SIGINT (Ctrl-C)"
-        )
+        if isinstance(excinfo.value, pytest.Session.Interrupted):  # pytest's own stop: a collection error, -x
+            self.state.interrupted_by = f"pytest ({printable(message)})"
+        elif message.startswith("signal "):
+            self.state.interrupted_by = message.removeprefix("signal ")
+        else:
+            self.state.interrupted_by = "SIGINT (Ctrl-C)"
 
     # A wrapper registered after pytest-benchmark's plugin and before pytest's terminal reporter (pytest_configure):
     # pluggy calls the later registered first, so this wraps pytest-benchmark's (which saves before it yields) and is
