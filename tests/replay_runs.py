@@ -12,15 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import ckptqual.plan.strategies
-import ckptqual.report.figures
-import ckptqual.report.record  # noqa: F401
-import stand_in.replay  # noqa: F401
 from stand_in.replay import NOT_RECORDED
-from suite_runs import REPO
+from suite_runs import REPO, as_a_users_run, load_once
 
-# pytester forgets the modules an in-process run imported once it ends; torch cannot be imported twice in a process,
-# so the run's own modules (torch, Hypothesis, matplotlib among them) load here, before any run, and stay loaded.
+load_once()  # before any run: pytester forgets the modules a run imported, and torch cannot be imported twice
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 CUFILE_LOG = "CUFILE_LOGFILE_PATH"
@@ -76,8 +71,7 @@ def replay_suite(
     options = ["-p", "stand_in.replay", "-p", "no:cacheprovider", *targets, *given, *args]
     handlers = {signum: signal.getsignal(signum) for signum in SIGNALS}  # an interrupted run leaves its own in place
     with pytest.MonkeyPatch.context() as patch:
-        for name in [name for name in os.environ if name.startswith("PYTEST_XDIST")]:
-            patch.delenv(name)  # a user's run, not an xdist worker's (pytest-benchmark turns itself off in one)
+        as_a_users_run(patch)  # pytest-benchmark turns itself off in an xdist worker
         cufile = os.environ.get(CUFILE_LOG)  # the sweep points cuFile's log into the run: as it was, after the run
         if cufile is None:
             patch.delenv(CUFILE_LOG, raising=False)

@@ -32,8 +32,19 @@ BOTH = ("test_fill.py", "test_restore.py")
 
 def user_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment without pytest-xdist's worker variables (pytest-benchmark turns itself off under them)."""
-    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_XDIST")}
+    env = {name: value for name, value in os.environ.items() if name not in xdist_variables()}
     return {**env, **(extra or {})}
+
+
+def xdist_variables() -> list[str]:
+    """The names of pytest-xdist's worker variables in this environment."""
+    return [name for name in os.environ if name.startswith("PYTEST_XDIST")]
+
+
+def as_a_users_run(patch: pytest.MonkeyPatch) -> None:
+    """Removes pytest-xdist's worker variables for an in-process run, as user_environment does for a subprocess."""
+    for name in xdist_variables():
+        patch.delenv(name)
 
 
 def plugin_path(*folders: Path) -> str:
@@ -59,6 +70,9 @@ LOADED_ONCE = (
     "ckptqual.io.engines",
     "ckptqual.runs.qualification",
     "ckptqual.runs.calibration",
+    "ckptqual.plan.strategies",
+    "ckptqual.report.figures",
+    "ckptqual.report.record",
     "hypothesis",
     "kvikio",
 )
@@ -79,8 +93,7 @@ def run_suite_in_process(
     errlines). Call it through the `suite_in_process` fixture, which loads LOADED_ONCE first."""
     paths = [str(REPO / "tests_qual" / name) for name in tests]
     with pytest.MonkeyPatch.context() as patch:
-        for name in [name for name in os.environ if name.startswith("PYTEST_XDIST")]:
-            patch.delenv(name)  # as user_environment: the run is not an xdist worker
+        as_a_users_run(patch)
         return pytester.runpytest_inprocess(*paths, "-p", "no:cacheprovider", *args)
 
 
