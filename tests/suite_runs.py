@@ -153,6 +153,19 @@ def children_of(pid: int) -> set[int]:
     return {child for child in pids if parent(child) == pid}
 
 
+def rank_processes(run: int) -> list[int]:
+    """The rank processes of the run in process `run`: the children of its multiprocessing fork server."""
+    servers = [pid for pid in children_of(run) if b"multiprocessing.forkserver" in _cmdline(pid)]
+    return sorted(rank for server in servers for rank in children_of(server))
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone meanwhile
+        return b""
+
+
 def lenient_drive(path: Path, name: str, extra_limits: str = "", requires: tuple[str, ...] = ("fill",)) -> Path:
     """local.toml with one fill limit no working disk misses (plus `extra_limits`), so that a busy CI machine
     cannot fail the run for speed, and whose verdict requires only `requires` (the fill: the suite's own tests run

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from stand_in import slow_drive
-from suite_runs import REPO, LiveSuite, junit_cases, results
+from suite_runs import REPO, LiveSuite, junit_cases, rank_processes, results
 
 # Two ranks: how the layouts stop does not depend on how many ranks write them.
 TINY = ["--workload", "llama3-8b-dp2", "--scale", "0.0002", "--layout-examples", "5", "--layout-max-bytes", "32M"]
@@ -50,14 +50,6 @@ def layouts_running(target: Path, timeout_s: float = 300) -> None:
     while not list(target.glob("ckptqual-run-*/layouts/layout-001*")):
         assert time.monotonic() < deadline, f"no second layout within {timeout_s} s"
         time.sleep(0.02)
-
-
-def rank_pids(parent: int) -> list[int]:
-    """The suite's rank processes: the children its pytest process started with multiprocessing's spawn."""
-    children = []
-    for task in Path(f"/proc/{parent}/task").iterdir():
-        children += [int(pid) for pid in (task / "children").read_text().split()]
-    return sorted(pid for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes())
 
 
 def layouts_run(tmp_path: Path, target: Path, *more: str) -> tuple[LiveSuite, Path, Path]:
@@ -116,7 +108,7 @@ def test_a_stopped_rank_stops_the_odd_layouts_at_once(throttled_target, tmp_path
     target.mkdir()
     suite, xml, json_path = layouts_run(tmp_path, target)
     layouts_running(target)
-    [rank, *_] = rank_pids(suite.process.pid)
+    [rank, *_] = rank_processes(suite.process.pid)
     os.kill(rank, signal.SIGSTOP)
     stopped = time.monotonic()
     try:

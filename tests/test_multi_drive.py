@@ -30,10 +30,10 @@ from suite_runs import (
     PAIR,
     LiveSuite,
     SharedRun,
-    children_of,
     junit_cases,
     lenient_drive,
     plugin_path,
+    rank_processes,
     results,
     run_suite,
     shared_run,
@@ -193,7 +193,8 @@ def test_a_drive_whose_worker_crashes_is_not_qualified_and_its_results_file_says
     suite.wait_for("[first] ckptqual: pass 1 checkpoint 1/4")
     (run_dir,) = targets[0].glob("ckptqual-run-*")  # ckptqual-run-DATE-TIME-PID-ID: the PID of the worker
     worker = int(run_dir.name.split("-")[4])
-    ranks = children_of(worker)
+    ranks = rank_processes(worker)
+    assert len(ranks) == 2, ranks  # the pair's
     os.kill(worker, signal.SIGKILL)
     code = suite.finish()
     output = suite.output()

@@ -56,6 +56,21 @@ def test_a_pytest_run_without_a_qualification_test_loads_none_of_the_run(tmp_pat
     assert "<testcase" in (tmp_path / "x.xml").read_text()  # the JUnit XML reached --junitxml through the session
 
 
+def test_an_engine_loads_its_module_when_first_made_so_a_torch_save_rank_never_loads_torchs_dcp():
+    code = """
+        import sys
+        from ckptqual.io.engines import make_engine
+        import ckptqual.runs.worker  # all a rank process imports before its first task
+        assert "torch.distributed.checkpoint" not in sys.modules and "safetensors" not in sys.modules
+        make_engine("stream")
+        assert "torch.distributed.checkpoint" not in sys.modules and "ckptqual.io.engines.dcp" not in sys.modules
+        make_engine("dcp")
+        make_engine("safetensors")
+        assert "torch.distributed.checkpoint" in sys.modules and "safetensors" in sys.modules
+    """
+    assert "ckptqual.io.engines" in loaded_after(code)["heavy"]  # the script ran to its end
+
+
 @pytest.mark.parametrize("argument", ["--version", "--help"])
 def test_the_cli_version_and_help_load_none_of_the_run(argument):
     code = f"""

@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -30,10 +31,22 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory) -> Iterator[RankPool]:
-    """Three ranks, their host use sampled, shared by the tests that leave them running: starting ranks (each imports
-    torch) is most of such a test's time."""
+    """Three ranks, their host use sampled, shared by the tests that leave them running."""
     with RankPool(3, seed=1, timeout_s=60, sampler=HostSampler(tmp_path_factory.mktemp("ranks"))) as ranks:
         yield ranks
+
+
+def test_ranks_fork_from_one_server_that_imported_the_worker_once(pool):
+    """The ranks are forked by multiprocessing's fork server, started with the worker module (torch with it)
+    preloaded, not spawned as interpreters that each import torch."""
+    (server,) = {parent_of(pid) for pid in pool.pids}
+    assert server != os.getpid() and parent_of(server) == os.getpid()
+    command = Path(f"/proc/{server}/cmdline").read_bytes().decode()
+    assert "from multiprocessing.forkserver import main" in command and "['ckptqual.runs.worker']" in command
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
 
 def test_every_rank_reports_its_bytes_and_time_from_the_common_start(tmp_path, pool):

@@ -41,7 +41,7 @@ PARTS = ("baseline", "fill", "restore", "sweep", "layouts")  # what a drive file
 
 
 def _engines() -> Collection[str]:
-    from ckptqual.io.engines import ENGINES  # when first checked: it loads torch, which `ckptqual plan` never needs
+    from ckptqual.io.engines import ENGINES  # when first checked: it loads numpy, which `ckptqual plan` never needs
 
     return [name for name in ENGINES if name not in FORMAT_ENGINES.values()]  # a format's own engine: --format
 

@@ -1,11 +1,12 @@
 """A rank process: waits for a task, meets the other ranks at the barrier, does the task timed and reports it; a
-failure is reported, never raised, and the rank ends with its parent."""
+failure is reported, never raised, and the rank ends with its run."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
 import os
+import select
 import signal
 import threading
 import time
@@ -20,10 +21,16 @@ from ckptqual.host.waits import between, own_threads
 from ckptqual.io.engines.base import IntegrityError, RankIO
 from ckptqual.io.lanes import use as use_lanes
 from ckptqual.io.payload import PayloadGenerator
-from ckptqual.runs import raw, reshard, restore, save, stage
+from ckptqual.runs import raw, restore, save, stage
 from ckptqual.runs.task import Task
 
-_PARENT_POLL_S = 0.5  # how soon a rank notices that its run is gone
+
+def _read_for_layout(io: RankIO, task: Task) -> int:
+    """runs.reshard's read, imported by a rank's first such task: it loads every format's engine, torch's DCP too."""
+    from ckptqual.runs import reshard
+
+    return reshard.read_for_layout(io, task)
+
 
 _OPERATIONS: dict[str, Callable[[RankIO, Task], int]] = {
     "write": save.write_checkpoint_files,
@@ -31,20 +38,20 @@ _OPERATIONS: dict[str, Callable[[RankIO, Task], int]] = {
     "raw-write": raw.write_sequential,
     "raw-read": raw.read_sequential,
     "read": restore.read_checkpoint_files,
-    "reshard-read": reshard.read_for_layout,
+    "reshard-read": _read_for_layout,
 }
 OPERATIONS = tuple(_OPERATIONS)  # the operations a task may name
 # Checks that follow an operation outside its timed region; their reply fields join the operation's.
 _AFTER_TIMING: dict[str, Callable[[RankIO, Task], dict[str, Any]]] = {"read": restore.load_sample}
 
 
-def serve(rank: int, seed: int, chunk_bytes: int, lanes: int, conn: Connection, barrier: Any) -> None:
-    """A rank's loop: wait for a task, meet the others at the barrier, do it, report; ends with its parent. `lanes`:
-    the threads the rank may use (its share of the host's cores)."""
+def serve(rank: int, seed: int, chunk_bytes: int, lanes: int, conn: Connection, barrier: Any, run: int) -> None:
+    """A rank's loop: wait for a task, meet the others at the barrier, do it, report; ends with the run's process
+    `run`. `lanes`: the threads the rank may use (its share of the host's cores)."""
     for signum in (signal.SIGINT, signal.SIGHUP):  # the parent decides what an interrupt or a hang-up stops
         signal.signal(signum, signal.SIG_IGN)
     use_lanes(lanes)
-    threading.Thread(target=_end_with, args=(os.getppid(),), name="ckptqual-parent-watch", daemon=True).start()
+    threading.Thread(target=_end_with, args=(run,), name="ckptqual-run-watch", daemon=True).start()
     io = RankIO(PayloadGenerator(seed), rank=rank, chunk_bytes=chunk_bytes)
     # What the start-up made (torch's modules above all, some 170,000 objects) lives as long as the rank: frozen, it
     # is no longer walked by every full collection, one of which took 0.1 s of a small-file checkpoint's 2 s here.
@@ -55,11 +62,12 @@ def serve(rank: int, seed: int, chunk_bytes: int, lanes: int, conn: Connection, 
             conn.send(run_task(io, task, barrier))
 
 
-def _end_with(parent: int) -> None:
-    """Ends this rank once `parent` is gone (a run killed by SIGKILL): the pipe's end of file reaches a rank only
-    between tasks, and one waiting at the barrier for a rank that never comes would wait forever."""
-    while os.getppid() == parent:
-        time.sleep(_PARENT_POLL_S)
+def _end_with(run: int) -> None:
+    """Ends this rank as soon as the run's process is gone (a run killed by SIGKILL): the pipe's end of file reaches a
+    rank only between tasks, and one waiting at the barrier for a rank that never comes would wait forever. The run
+    waits for this rank's start-up, so that its PID cannot have passed to another process yet."""
+    with contextlib.suppress(ProcessLookupError):  # gone already
+        select.select([os.pidfd_open(run)], [], [])
     os._exit(1)
 
 

@@ -1,20 +1,18 @@
-"""Checkpoint I/O engines, one per file, behind the `Engine` protocol of `base`."""
+"""Checkpoint I/O engines, one per file, behind the `Engine` protocol of `base`. An engine's module is imported when
+the engine is first made: a rank that writes torch.save files never loads torch.distributed.checkpoint."""
 
 from __future__ import annotations
 
-from ckptqual.io.engines.base import Engine
-from ckptqual.io.engines.dcp import DcpEngine
-from ckptqual.io.engines.safetensors import SafetensorsEngine
-from ckptqual.io.engines.stream import StreamEngine
-from ckptqual.io.engines.stream_direct import StreamDirectEngine
-from ckptqual.io.engines.torch_save import TorchSaveEngine
+import importlib
 
-ENGINES: dict[str, type] = {
-    "stream": StreamEngine,
-    "stream-direct": StreamDirectEngine,
-    "torch-save": TorchSaveEngine,
-    "dcp": DcpEngine,
-    "safetensors": SafetensorsEngine,
+from ckptqual.io.engines.base import Engine
+
+ENGINES: dict[str, str] = {  # name: the module of this package and the class in it
+    "stream": "stream:StreamEngine",
+    "stream-direct": "stream_direct:StreamDirectEngine",
+    "torch-save": "torch_save:TorchSaveEngine",
+    "dcp": "dcp:DcpEngine",
+    "safetensors": "safetensors:SafetensorsEngine",
 }
 
 
@@ -22,4 +20,5 @@ def make_engine(name: str) -> Engine:
     """The engine called `name`; an unknown name lists the known ones."""
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; use one of {', '.join(ENGINES)}")
-    return ENGINES[name]()
+    module, engine = ENGINES[name].split(":")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), engine)()
