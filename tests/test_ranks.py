@@ -1,5 +1,7 @@
 """Rank workers: a common start, per-rank timing, and bounded failure when a rank dies or hangs."""
 
+import errno
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -13,6 +15,7 @@ import pytest
 
 from ckptqual.host.cpu import HostSampler
 from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
+from ckptqual.runs import worker
 from ckptqual.runs.failure import RankFailure
 from ckptqual.runs.pool import RankPool
 
@@ -122,6 +125,7 @@ def test_ranks_report_their_cpu_time_and_the_host_is_sampled_over_the_timed_regi
 
 KILLED_PARENT = """
 import sys
+from ckptqual.runs import worker
 from ckptqual.runs.pool import RankPool
 from ckptqual.runs.task import Task
 
@@ -130,6 +134,32 @@ pool._conns[0].send(Task("raw-write"))  # rank 0 alone: it waits at the barrier 
 print(*pool.pids, flush=True)
 sys.stdin.read()
 """
+
+
+@pytest.mark.parametrize("reaped", [True, False], ids=["reaped", "zombie"])
+def test_where_the_kernel_has_no_pidfd_a_rank_still_ends_with_its_run(monkeypatch, reaped):
+    """Before Linux 5.3 there is no pidfd: the rank's watch falls back to the run's entry in /proc, and a run that
+    ended is gone for it whether its parent has reaped it yet or not."""
+
+    def no_pidfd(pid: int) -> int:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    watch = multiprocessing.get_context("fork").Process(target=worker._end_with, args=(run.pid,))
+    watch.start()
+    try:
+        watch.join(1.5)
+        assert watch.exitcode is None  # the run lives: the rank goes on
+        run.kill()
+        if reaped:
+            run.wait()
+        watch.join(10)
+        assert watch.exitcode == 1
+    finally:
+        run.kill()
+        run.wait()
+        watch.kill()
 
 
 def test_ranks_end_when_their_run_is_killed_even_while_waiting_at_the_barrier():

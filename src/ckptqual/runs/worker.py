@@ -13,6 +13,7 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from ckptqual.faults import RunError, fault_of_errno, os_error_line
@@ -23,6 +24,8 @@ from ckptqual.io.lanes import use as use_lanes
 from ckptqual.io.payload import PayloadGenerator
 from ckptqual.runs import raw, restore, save, stage
 from ckptqual.runs.task import Task
+
+_RUN_POLL_S = 0.5  # without a pidfd: how soon a rank notices that its run is gone
 
 
 def _read_for_layout(io: RankIO, task: Task) -> int:
@@ -66,9 +69,24 @@ def _end_with(run: int) -> None:
     """Ends this rank as soon as the run's process is gone (a run killed by SIGKILL): the pipe's end of file reaches a
     rank only between tasks, and one waiting at the barrier for a rank that never comes would wait forever. The run
     waits for this rank's start-up, so that its PID cannot have passed to another process yet."""
-    with contextlib.suppress(ProcessLookupError):  # gone already
+    try:
         select.select([os.pidfd_open(run)], [], [])
+    except ProcessLookupError:  # gone already
+        pass
+    except OSError:  # no pidfd before Linux 5.3: the run's entry in /proc, checked twice a second
+        born = _start_time(run)
+        while born is not None and _start_time(run) == born:
+            time.sleep(_RUN_POLL_S)
     os._exit(1)
+
+
+def _start_time(pid: int) -> str | None:
+    """When the process `pid` started (field 22 of /proc/PID/stat), or None once it has ended (a zombie too)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def run_task(io: RankIO, task: Task, barrier: Any) -> dict[str, Any]:
