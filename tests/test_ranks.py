@@ -18,6 +18,7 @@ from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
 from ckptqual.runs import worker
 from ckptqual.runs.failure import RankFailure
 from ckptqual.runs.pool import RankPool
+from suite_runs import parent
 
 
 def plans(ranks: int, numel: int) -> tuple[RankPlan, ...]:
@@ -42,14 +43,10 @@ def pool(tmp_path_factory) -> Iterator[RankPool]:
 def test_ranks_fork_from_one_server_that_imported_the_worker_once(pool):
     """The ranks are forked by multiprocessing's fork server, started with the worker module (torch with it)
     preloaded, not spawned as interpreters that each import torch."""
-    (server,) = {parent_of(pid) for pid in pool.pids}
-    assert server != os.getpid() and parent_of(server) == os.getpid()
+    (server,) = {parent(pid) for pid in pool.pids}
+    assert server != os.getpid() and parent(server) == os.getpid()
     command = Path(f"/proc/{server}/cmdline").read_bytes().decode()
     assert "from multiprocessing.forkserver import main" in command and "['ckptqual.runs.worker']" in command
-
-
-def parent_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
 
 def test_every_rank_reports_its_bytes_and_time_from_the_common_start(tmp_path, pool):
@@ -125,7 +122,6 @@ def test_ranks_report_their_cpu_time_and_the_host_is_sampled_over_the_timed_regi
 
 KILLED_PARENT = """
 import sys
-from ckptqual.runs import worker
 from ckptqual.runs.pool import RankPool
 from ckptqual.runs.task import Task
 
