@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from ckptqual.io.engines import ENGINES
+
 REPO = Path(__file__).resolve().parents[1]
 # Few, larger files: at tiny scales the review layout's 536 files make per-file overhead dominate.
 SMALL = ["--workload", "llama3-8b", "--scale", "0.0003", "--checkpoints-per-pass", "2", "--passes", "2"]
@@ -67,7 +69,7 @@ def run_suite(*args: str, tests: tuple[str, ...] = ("test_fill.py",), timeout_s:
 # What a run of the suite imports that cannot be imported a second time in one process (torch's and KvikIO's compiled
 # modules): loaded before a test's pytester is made, as pytester restores sys.modules as it found them.
 LOADED_ONCE = (
-    "ckptqual.io.engines",
+    *(f"ckptqual.io.engines.{where.partition(':')[0]}" for where in ENGINES.values()),  # made on first use
     "ckptqual.runs.qualification",
     "ckptqual.runs.calibration",
     "ckptqual.plan.strategies",
