@@ -44,11 +44,11 @@ def test_the_odd_layouts_stop_at_the_first_failure_and_count_only_what_was_writt
     assert list(outside.iterdir()) == []
 
 
-def layouts_running(target: Path, timeout_s: float = 300) -> None:
-    """Waits until the run has begun its second odd layout (its directory exists under the run's layouts/)."""
+def layouts_running(target: Path, layout: int = 1, timeout_s: float = 300) -> None:
+    """Waits until the run has begun odd layout number `layout` (its directory exists under the run's layouts/)."""
     deadline = time.monotonic() + timeout_s
-    while not list(target.glob("ckptqual-run-*/layouts/layout-001*")):
-        assert time.monotonic() < deadline, f"no second layout within {timeout_s} s"
+    while not list(target.glob(f"ckptqual-run-*/layouts/layout-{layout:03d}*")):
+        assert time.monotonic() < deadline, f"no layout {layout} within {timeout_s} s"
         time.sleep(0.02)
 
 
@@ -107,8 +107,9 @@ def test_a_stopped_rank_stops_the_odd_layouts_at_once(throttled_target, tmp_path
     target = throttled_target.point / "target"
     target.mkdir()
     suite, xml, json_path = layouts_run(tmp_path, target)
+    layouts_running(target, 0)
+    [rank, *_] = rank_processes(suite.process.pid)  # found before layout 1, which is stopped as soon as it begins
     layouts_running(target)
-    [rank, *_] = rank_processes(suite.process.pid)
     os.kill(rank, signal.SIGSTOP)
     stopped = time.monotonic()
     try:
