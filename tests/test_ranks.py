@@ -18,6 +18,7 @@ from ckptqual.plan.model import FilePlan, RankPlan, TensorSpec
 from ckptqual.runs import worker
 from ckptqual.runs.failure import RankFailure
 from ckptqual.runs.pool import RankPool
+from ckptqual.runs.task import Task
 from suite_runs import parent
 
 
@@ -130,6 +131,24 @@ pool._conns[0].send(Task("raw-write"))  # rank 0 alone: it waits at the barrier 
 print(*pool.pids, flush=True)
 sys.stdin.read()
 """
+
+
+def test_a_rank_stopped_while_waiting_at_the_barrier_cannot_hold_the_pool_open():
+    """multiprocessing's barrier abort waits for every waiting process to wake: a rank stopped (SIGSTOP) at the
+    barrier must still not keep close() from ending every rank."""
+    pool = RankPool(2, seed=1, timeout_s=60)
+    pool._conns[0].send(Task("raw-write"))  # rank 0 alone: it waits at the barrier for rank 1, which never comes
+    deadline = time.monotonic() + 60
+    while pool._barrier.n_waiting != 1:
+        assert time.monotonic() < deadline, "rank 0 never reached the barrier"
+        time.sleep(0.05)
+    pids = pool.pids
+    os.kill(pids[0], signal.SIGSTOP)
+    closing = threading.Thread(target=pool.close, daemon=True)
+    closing.start()
+    closing.join(30)
+    assert not closing.is_alive(), "close() hung on the rank stopped at the barrier"
+    assert not any(alive(pid) for pid in pids)
 
 
 @pytest.mark.parametrize("reaped", [True, False], ids=["reaped", "zombie"])

@@ -224,7 +224,10 @@ class RankPool(Pool):
         for conn in self._conns:
             with contextlib.suppress(OSError, ValueError):
                 conn.send(Task("stop"))
-        self._barrier.abort()
+        # Releases the ranks waiting at the barrier, so that they read the stop. multiprocessing's abort waits until
+        # every waiting rank has woken, which a stopped (SIGSTOP) or dead one never does: on a thread of its own,
+        # never waited for, so that such a rank cannot hold this process.
+        threading.Thread(target=self._barrier.abort, name="ckptqual-barrier-abort", daemon=True).start()
         deadline = time.monotonic() + grace_s
         for proc in self._procs:
             proc.join(max(0.0, deadline - time.monotonic()))
